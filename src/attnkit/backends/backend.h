@@ -1,0 +1,123 @@
+// S1: the three pieces every backend provides. A backend is a type with static members
+// (caps, resolve_variant, make_impl, make_builder); the registry stores a BackendType made from
+// it, so selection needs no instance and the two factories come from the same place as the caps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/core/tensor.h"
+#include "attnkit/kv/layout.h"
+#include "attnkit/kv/spec.h"
+#include "attnkit/metadata/common.h"
+#include "attnkit/metadata/metadata.h"
+#include "attnkit/selection/capabilities.h"
+
+namespace attnkit {
+
+// B5: everything one layer's impl holds.
+struct LayerParams {
+  int num_q_heads = 32;
+  int num_kv_heads = 8;
+  int head_size = 128;
+  std::optional<float> scale;  // nullopt = 1/sqrt(head_size)
+  std::optional<int> sliding_window;
+  std::optional<float> soft_cap;
+  std::vector<float> alibi_slopes;  // empty or [num_q_heads]
+  std::vector<float> sinks;         // empty or [num_q_heads], logits
+  DType dtype = DType::kFloat16;
+  DType kv_cache_dtype = DType::kFloat16;
+  AttentionType attn_type = AttentionType::kDecoder;
+  float state_decay = 0.5f;  // recurrent-state layers only
+
+  float softmax_scale() const;
+  // The features this layer needs, for its AttentionConfig.
+  FeatureSet required_features() const;
+};
+
+// Which kernel of a backend runs. Resolved by the backend from the config at selection time and
+// logged; the impl runs exactly this one (S6).
+struct KernelVariant {
+  std::string_view name;
+  bool operator==(const KernelVariant&) const = default;
+};
+
+// Builders decide per step whether cascade pays (B4); tests and tools may force it.
+enum class CascadePolicy : std::uint8_t { kHeuristic, kNever, kAlways };
+
+// Everything a builder may size its preallocated buffers from (C3: sized once, never regrown).
+struct BuilderContext {
+  const BackendCaps* caps = nullptr;
+  KernelVariant variant;
+  KVCacheSpec kv_spec;
+  int kernel_block_size = 16;
+  int num_q_heads = 32;
+  int num_kv_heads = 8;
+  int head_size = 128;
+  int max_num_reqs = 256;
+  int max_num_tokens = 8192;
+  int max_blocks_per_req = 0;  // kernel blocks
+  CascadePolicy cascade = CascadePolicy::kHeuristic;
+  MemoryResource* memory = nullptr;
+};
+
+// A buffer a captured graph would read (C3/V8): its name, address and capacity.
+struct GraphBuffer {
+  std::string_view name;
+  const void* address = nullptr;
+  std::size_t bytes = 0;
+};
+
+class MetadataBuilder {
+ public:
+  virtual ~MetadataBuilder() = default;
+  // Per step (hot path): rewrites the valid region of buffers allocated at construction and
+  // returns the one metadata object this builder owns. Allocates nothing.
+  virtual const AttentionMetadata& build(std::int32_t common_prefix_len, const CommonAttentionMetadata& common) = 0;
+  // G4 (only if caps.supports_update_block_table): `planned` was built this step by a builder of
+  // the same backend for another KV group with the same batch structure; reuse its plan and take
+  // only page tables and slot mapping from `common`.
+  virtual const AttentionMetadata& update_block_table(const AttentionMetadata& planned,
+                                                      const CommonAttentionMetadata& common);
+  virtual void graph_buffers(std::vector<GraphBuffer>& out) const { (void)out; }
+};
+
+// Per layer per step (hot path). `key`/`value` are this step's new tokens; a backend that does
+// not fuse the KV update (caps.forward_includes_kv_update false) ignores them because the shared
+// update op already wrote them. `lse` is [tokens, q_heads] float32 or empty.
+class AttentionImpl {
+ public:
+  virtual ~AttentionImpl() = default;
+  virtual KernelVariant variant() const = 0;
+  virtual void forward(const TensorView& query, const TensorView& key, const TensorView& value,
+                       const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
+                       const TensorView& lse) = 0;
+};
+
+struct BackendType {
+  const BackendCaps& (*caps)();
+  // Called only for configs that validate.
+  KernelVariant (*resolve_variant)(const AttentionConfig&);
+  std::unique_ptr<AttentionImpl> (*make_impl)(const LayerParams&, KernelVariant);
+  std::unique_ptr<MetadataBuilder> (*make_builder)(const BuilderContext&);
+
+  std::string_view name() const { return caps().name; }
+};
+
+template <class Backend>
+BackendType backend_type_of() {
+  return BackendType{&Backend::caps, &Backend::resolve_variant, &Backend::make_impl, &Backend::make_builder};
+}
+
+// Impls call this before downcasting metadata: the metadata must come from their own backend.
+template <class Concrete>
+const Concrete& metadata_cast(const AttentionMetadata& metadata, const BackendCaps& expected);
+
+}  // namespace attnkit
+
+#include "attnkit/backends/backend_inl.h"

@@ -1,0 +1,26 @@
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+std::string compose(const std::string& field, const std::string& value, const std::string& allowed,
+                    const std::string& detail) {
+  std::string msg = field + " = " + value + " is invalid";
+  if (!allowed.empty()) msg += " (allowed: " + allowed + ")";
+  if (!detail.empty()) msg += ": " + detail;
+  return msg;
+}
+}  // namespace
+
+Error::Error(std::string field, std::string value, std::string allowed, std::string detail)
+    : std::runtime_error(compose(field, value, allowed, detail)),
+      field_(std::move(field)),
+      value_(std::move(value)),
+      allowed_(std::move(allowed)) {}
+
+void require(bool condition, const std::string& field, const std::string& value, const std::string& allowed,
+             const std::string& detail) {
+  if (!condition) throw Error(field, value, allowed, detail);
+}
+
+}  // namespace attnkit

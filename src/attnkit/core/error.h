@@ -1,0 +1,25 @@
+// Configuration and input errors are values that name the field, the value and the allowed set.
+// The library throws them at start-up and on bad input; it never exits the process.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace attnkit {
+
+class Error : public std::runtime_error {
+ public:
+  Error(std::string field, std::string value, std::string allowed, std::string detail = {});
+  const std::string& field() const { return field_; }
+  const std::string& value() const { return value_; }
+  const std::string& allowed() const { return allowed_; }
+
+ private:
+  std::string field_, value_, allowed_;
+};
+
+// Throws Error unless `condition` holds.
+void require(bool condition, const std::string& field, const std::string& value, const std::string& allowed,
+             const std::string& detail = {});
+
+}  // namespace attnkit

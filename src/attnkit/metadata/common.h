@@ -1,0 +1,39 @@
+// G3/G6: the batch described once per step, shared by every KV group and builder.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace attnkit {
+
+// A row-major 2-D table of kernel block IDs: row r (one per request) has `row_stride` slots, of
+// which the first ceil(seq_len / block_size) are valid.
+struct BlockTableView {
+  const std::int32_t* data = nullptr;
+  std::int32_t num_rows = 0;
+  std::int32_t row_stride = 0;
+  std::span<const std::int32_t> row(std::int32_t r) const {
+    return {data + static_cast<std::ptrdiff_t>(r) * row_stride, static_cast<std::size_t>(row_stride)};
+  }
+};
+
+// Lengths exist twice: `*_cpu` on the host (upper bounds when `cpu_lengths_exact` is false, e.g.
+// async speculative decoding) and the device truth that kernels read. Reading the device truth
+// on the host would be a sync; a builder that needs exact CPU lengths declares it (G6) instead.
+struct CommonAttentionMetadata {
+  std::span<const std::int32_t> query_start_loc_cpu;  // [num_reqs + 1]
+  std::span<const std::int32_t> query_start_loc;      // device, [num_reqs + 1]
+  std::span<const std::int32_t> seq_lens_cpu;         // [num_reqs]
+  std::span<const std::int32_t> seq_lens;             // device, [num_reqs]
+  std::int32_t num_reqs = 0;
+  std::int32_t num_actual_tokens = 0;
+  std::int32_t max_query_len = 0;
+  std::int32_t max_seq_len = 0;
+  BlockTableView block_table;                 // device, in kernel blocks of this group
+  std::span<const std::int64_t> slot_mapping;  // device, [num_actual_tokens]; -1 = padding
+  std::int32_t kernel_block_size = 0;
+  bool causal = true;
+  bool cpu_lengths_exact = true;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,38 @@
+// Backend-specific metadata: the per-step execution plan a builder produces and every layer of
+// its attention group reads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace attnkit {
+
+struct BackendCaps;
+
+// Lets the CLI print metadata as text or JSON without the metadata knowing either format.
+class FieldVisitor {
+ public:
+  virtual ~FieldVisitor() = default;
+  virtual void scalar(std::string_view name, std::int64_t value) = 0;
+  virtual void flag(std::string_view name, bool value) = 0;
+  virtual void text(std::string_view name, std::string_view value) = 0;
+  virtual void array(std::string_view name, std::span<const std::int32_t> values) = 0;
+  virtual void array(std::string_view name, std::span<const std::int64_t> values) = 0;
+  virtual void begin_object(std::string_view name) = 0;
+  virtual void end_object() = 0;
+};
+
+class AttentionMetadata {
+ public:
+  explicit AttentionMetadata(const BackendCaps& owner) : owner_(&owner) {}
+  virtual ~AttentionMetadata() = default;
+  // The backend whose builder made this; impls check it before a downcast (V1).
+  const BackendCaps& owner() const { return *owner_; }
+  virtual void visit(FieldVisitor& visitor) const = 0;
+
+ private:
+  const BackendCaps* owner_;
+};
+
+}  // namespace attnkit
