@@ -66,13 +66,6 @@ struct BuilderContext {
   MemoryResource* memory = nullptr;
 };
 
-// A buffer a captured graph would read (C3/V8): its name, address and capacity.
-struct GraphBuffer {
-  std::string_view name;
-  const void* address = nullptr;
-  std::size_t bytes = 0;
-};
-
 class MetadataBuilder {
  public:
   virtual ~MetadataBuilder() = default;

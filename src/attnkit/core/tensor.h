@@ -37,6 +37,9 @@ struct TensorView {
   void set(float v, std::int64_t i0, std::int64_t i1 = 0, std::int64_t i2 = 0, std::int64_t i3 = 0) const {
     store_float(data, offset(i0, i1, i2, i3), dtype, v);
   }
+  // Element i in row-major order; only for contiguous views (TensorView::contiguous).
+  float flat(std::int64_t i) const { return load_float(data, i, dtype); }
+  void set_flat(std::int64_t i, float v) const { store_float(data, i, dtype, v); }
   // Rows [begin, end) of dimension 0, as a view sharing storage.
   TensorView slice_rows(std::int64_t begin, std::int64_t end) const;
   std::string shape_string() const;  // "[8, 4, 64]"

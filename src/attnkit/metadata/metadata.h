@@ -2,6 +2,7 @@
 // its attention group reads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -21,6 +22,13 @@ class FieldVisitor {
   virtual void array(std::string_view name, std::span<const std::int64_t> values) = 0;
   virtual void begin_object(std::string_view name) = 0;
   virtual void end_object() = 0;
+};
+
+// A buffer a captured graph would read (C3/V8): its name, address and capacity.
+struct GraphBuffer {
+  std::string_view name;
+  const void* address = nullptr;
+  std::size_t bytes = 0;
 };
 
 class AttentionMetadata {

@@ -29,8 +29,9 @@ class HostMemory final : public MemoryResource {
   }
   void deallocate(void* ptr) override { std::free(ptr); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes) std::memcpy(dst, src, bytes);
+    if (bytes && dst != src) std::memcpy(dst, src, bytes);
   }
+  bool host_accessible() const override { return true; }
 };
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace attnkit {
 
@@ -45,6 +46,9 @@ class MemoryResource {
   virtual void deallocate(void* ptr) = 0;
   // Host -> this memory, asynchronous where the platform allows (stream-ordered on CUDA).
   virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
+  // True when the host may write this memory directly (the CPU platform): per-step code then
+  // writes in place instead of staging and copying.
+  virtual bool host_accessible() const = 0;
 };
 MemoryResource& host_memory();
 
@@ -72,6 +76,10 @@ class DeviceArray {
   std::span<const T> first(std::size_t n) const { return {data_, n}; }
   // Copies host values into the first `src.size()` slots (caller checked the capacity).
   void upload(std::span<const T> src) { mem_->copy_from_host(data_, src.data(), src.size_bytes()); }
+  // Where the host writes this step's values: the array itself when the host can write it,
+  // else `staging` (then upload()).
+  T* host_target(std::vector<T>& staging) { return mem_->host_accessible() ? data_ : staging.data(); }
+  bool needs_upload() const { return !mem_->host_accessible(); }
 
  private:
   void swap(DeviceArray& o) noexcept {

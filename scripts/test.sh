@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds everything (library, CLI, tests, benchmarks) and runs the whole test suite; this is
+# what CI runs. Exits non-zero if anything fails to build or any test fails.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+./scripts/setup.sh
+
+jobs=$(nproc)
+# No build type here: CMakeLists.txt defaults to RelWithDebInfo.
+cmake -S . -B build -G Ninja
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+# Smoke run of the host-path benchmark: proves it builds and runs; the timings are a record, not
+# a pass/fail criterion (a crash still fails).
+if [[ -x build/bench/attnkit_host_bench ]]; then
+  build/bench/attnkit_host_bench --benchmark_min_time=0.01 \
+    --benchmark_out=build/bench/host_bench_smoke.json --benchmark_out_format=json >/dev/null
+  echo "test.sh: benchmark smoke run written to build/bench/host_bench_smoke.json"
+fi

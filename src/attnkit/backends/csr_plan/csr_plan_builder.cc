@@ -1,0 +1,230 @@
+#include "attnkit/backends/csr_plan/csr_plan_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/csr_plan/csr_plan_backend.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
+
+std::int32_t positive(std::int32_t value, const char* field) {
+  require(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
+  return value;
+}
+
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+}  // namespace
+
+CsrPlanMetadataBuilder::CsrPlanMetadataBuilder(const BuilderContext& ctx)
+    : memory_(&memory_of(ctx)),
+      page_size_(positive(ctx.kernel_block_size, "kernel_block_size")),
+      max_num_reqs_(positive(ctx.max_num_reqs, "max_num_reqs")),
+      max_num_tokens_(positive(ctx.max_num_tokens, "max_num_tokens")),
+      max_blocks_per_req_(positive(ctx.max_blocks_per_req, "max_blocks_per_req")),
+      indptr_host_(sz(max_num_reqs_) + 1),
+      indices_host_(sz(max_num_reqs_) * sz(max_blocks_per_req_)),
+      last_page_len_host_(sz(max_num_reqs_)),
+      seq_lens_host_(sz(max_num_reqs_)),
+      decode_qo_host_(sz(max_num_reqs_) + 1),
+      prefill_qo_host_(sz(max_num_reqs_) + 1),
+      indptr_(*memory_, indptr_host_.size()),
+      indices_(*memory_, indices_host_.size()),
+      last_page_len_(*memory_, last_page_len_host_.size()),
+      seq_lens_(*memory_, seq_lens_host_.size()),
+      decode_qo_(*memory_, decode_qo_host_.size()),
+      prefill_qo_(*memory_, prefill_qo_host_.size()),
+      slot_mapping_(*memory_, sz(max_num_tokens_)),
+      metadata_(CsrPlanBackend::caps()) {}
+
+// ---- per step (hot path) ------------------------------------------------------------------------
+
+void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) const {
+  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  require(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
+          std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
+  require(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+          "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
+  require(c.slot_mapping.size() >= sz(c.num_actual_tokens), "slot_mapping size", std::to_string(c.slot_mapping.size()),
+          ">= num_actual_tokens");
+  require(c.kernel_block_size == 0 || c.kernel_block_size == page_size_, "kernel_block_size",
+          std::to_string(c.kernel_block_size), std::to_string(page_size_), "the builder was made for this page size");
+}
+
+// Decode-first split from exact CPU query lengths: the leading requests with query_len <=
+// threshold are decodes. A short request after the first prefill (the runner did not reorder)
+// goes to the prefill plan, which handles any query length, so the result stays correct.
+void CsrPlanMetadataBuilder::plan_split(const CommonAttentionMetadata& c) {
+  const auto qsl = c.query_start_loc_cpu;
+  require(qsl.size() >= sz(c.num_reqs) + 1 && qsl[0] == 0 && qsl[sz(c.num_reqs)] == c.num_actual_tokens,
+          "query_start_loc_cpu", std::to_string(qsl.size()) + " entries",
+          "num_reqs + 1 entries from 0 to num_actual_tokens");
+  require(c.seq_lens_cpu.size() >= sz(c.num_reqs), "seq_lens_cpu size", std::to_string(c.seq_lens_cpu.size()),
+          ">= num_reqs");
+  std::int32_t nd = 0;
+  while (nd < c.num_reqs && qsl[sz(nd) + 1] - qsl[sz(nd)] <= kCsrPlanDecodeThreshold) ++nd;
+  auto& m = metadata_;
+  m.num_reqs = c.num_reqs;
+  m.num_actual_tokens = c.num_actual_tokens;
+  m.num_decodes = nd;
+  m.num_decode_tokens = qsl[sz(nd)];
+  m.num_prefills = c.num_reqs - nd;
+  m.num_prefill_tokens = c.num_actual_tokens - m.num_decode_tokens;
+  m.page_size = page_size_;
+
+  CsrSubPlan* plans[2] = {&m.decode, &m.prefill};
+  std::vector<std::int32_t>* qo[2] = {&decode_qo_host_, &prefill_qo_host_};
+  const std::int32_t first_req[2] = {0, nd};
+  const std::int32_t count[2] = {nd, c.num_reqs - nd};
+  for (int k = 0; k < 2; ++k) {
+    CsrSubPlan& p = *plans[k];
+    p.first_request = first_req[k];
+    p.num_reqs = count[k];
+    p.first_token = qsl[sz(first_req[k])];
+    p.num_tokens = qsl[sz(first_req[k] + count[k])] - p.first_token;
+    p.page_size = page_size_;
+    p.causal = c.causal;
+    p.max_query_len = 0;
+    p.max_seq_len = 0;
+    for (std::int32_t i = 0; i <= count[k]; ++i) {
+      (*qo[k])[sz(i)] = qsl[sz(first_req[k] + i)] - p.first_token;
+    }
+    for (std::int32_t i = first_req[k]; i < first_req[k] + count[k]; ++i) {
+      p.max_query_len = std::max(p.max_query_len, qsl[sz(i) + 1] - qsl[sz(i)]);
+      p.max_seq_len = std::max(p.max_seq_len, c.seq_lens_cpu[sz(i)]);
+    }
+  }
+}
+
+// B2: n_i = ceil(l_i / B), indptr = prefix sums, last_page_len = ((l_i - 1) mod B) + 1.
+void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadata& c) {
+  const std::int32_t b = page_size_;
+  indptr_host_[0] = 0;
+  for (std::int32_t i = 0; i < c.num_reqs; ++i) {
+    const std::int32_t l = c.seq_lens_cpu[sz(i)];
+    const std::int32_t q = c.query_start_loc_cpu[sz(i) + 1] - c.query_start_loc_cpu[sz(i)];
+    require(q >= 0 && l >= q, "seq_lens_cpu[" + std::to_string(i) + "]", std::to_string(l),
+            ">= query_len (" + std::to_string(q) + ")", "context length = seq_len - query_len cannot be negative");
+    const std::int32_t pages = (l + b - 1) / b;
+    require(pages <= max_blocks_per_req_ && pages <= c.block_table.row_stride,
+            "pages of request " + std::to_string(i), std::to_string(pages),
+            "<= min(max_blocks_per_req, block table row_stride)");
+    indptr_host_[sz(i) + 1] = indptr_host_[sz(i)] + pages;
+    last_page_len_host_[sz(i)] = l == 0 ? 0 : (l - 1) % b + 1;  // a full last page is B, never 0
+    seq_lens_host_[sz(i)] = l;
+  }
+}
+
+// indices = the first n_i entries of each block-table row; the slot mapping rides along.
+void CsrPlanMetadataBuilder::fill_indices_and_slots(const CommonAttentionMetadata& c) {
+  for (std::int32_t i = 0; i < c.num_reqs; ++i) {
+    const std::int32_t begin = indptr_host_[sz(i)];
+    const std::int32_t pages = indptr_host_[sz(i) + 1] - begin;
+    require(pages <= c.block_table.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
+            "<= block table row_stride (" + std::to_string(c.block_table.row_stride) + ")");
+    const auto row = c.block_table.row(i);
+    std::copy(row.begin(), row.begin() + pages, indices_host_.begin() + begin);
+  }
+  const std::int32_t total = indptr_host_[sz(c.num_reqs)];
+  indices_.upload(std::span<const std::int32_t>(indices_host_.data(), sz(total)));
+  slot_mapping_.upload(c.slot_mapping.first(sz(c.num_actual_tokens)));
+  metadata_.paged_kv_indices = indices_.first(sz(total));
+  metadata_.slot_mapping = slot_mapping_.first(sz(c.num_actual_tokens));
+}
+
+void CsrPlanMetadataBuilder::upload_plan() {
+  const std::int32_t n = metadata_.num_reqs;
+  indptr_.upload(std::span<const std::int32_t>(indptr_host_.data(), sz(n) + 1));
+  last_page_len_.upload(std::span<const std::int32_t>(last_page_len_host_.data(), sz(n)));
+  seq_lens_.upload(std::span<const std::int32_t>(seq_lens_host_.data(), sz(n)));
+  decode_qo_.upload(std::span<const std::int32_t>(decode_qo_host_.data(), sz(metadata_.num_decodes) + 1));
+  prefill_qo_.upload(std::span<const std::int32_t>(prefill_qo_host_.data(), sz(metadata_.num_prefills) + 1));
+}
+
+// Spans of the metadata and its two sub-plans into this builder's buffers.
+void CsrPlanMetadataBuilder::point_metadata() {
+  auto& m = metadata_;
+  const auto slice = [](const DeviceArray<std::int32_t>& a, std::int32_t begin, std::int32_t count) {
+    return std::span<const std::int32_t>(a.data() + begin, sz(count));
+  };
+  m.paged_kv_indptr = slice(indptr_, 0, m.num_reqs + 1);
+  m.paged_kv_last_page_len = slice(last_page_len_, 0, m.num_reqs);
+  m.seq_lens = slice(seq_lens_, 0, m.num_reqs);
+  m.paged_kv_indptr_host = std::span<const std::int32_t>(indptr_host_.data(), sz(m.num_reqs) + 1);
+  m.decode.qo_indptr = slice(decode_qo_, 0, m.num_decodes + 1);
+  m.prefill.qo_indptr = slice(prefill_qo_, 0, m.num_prefills + 1);
+  for (CsrSubPlan* p : {&m.decode, &m.prefill}) {
+    p->paged_kv_indptr = slice(indptr_, p->first_request, p->num_reqs + 1);
+    p->paged_kv_last_page_len = slice(last_page_len_, p->first_request, p->num_reqs);
+    p->seq_lens = slice(seq_lens_, p->first_request, p->num_reqs);
+  }
+}
+
+const AttentionMetadata& CsrPlanMetadataBuilder::build(std::int32_t common_prefix_len,
+                                                       const CommonAttentionMetadata& common) {
+  (void)common_prefix_len;
+  require(common.cpu_lengths_exact, "cpu_lengths_exact", "false", "true",
+          "CSR_PLAN plans from CPU lengths; optimistic (speculative) lengths must not reach it (G6)");
+  check_capacity(common);
+  plan_split(common);
+  plan_page_table_counts(common);
+  fill_indices_and_slots(common);
+  upload_plan();
+  point_metadata();
+  return metadata_;
+}
+
+const AttentionMetadata& CsrPlanMetadataBuilder::update_block_table(const AttentionMetadata& planned,
+                                                                    const CommonAttentionMetadata& common) {
+  const auto& plan = metadata_cast<CsrPlanMetadata>(planned, CsrPlanBackend::caps());
+  require(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens &&
+              plan.page_size == page_size_,
+          "update_block_table batch",
+          std::to_string(common.num_reqs) + " reqs / " + std::to_string(common.num_actual_tokens) + " tokens / page " +
+              std::to_string(page_size_),
+          std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) + " tokens / page " +
+              std::to_string(plan.page_size),
+          "a plan is reused only for a group with the same batch structure");
+  check_capacity(common);
+  if (&plan != &metadata_) {
+    // Take the plan as it is: scalars, host indptr, and device copies of the count arrays.
+    // (Device-to-device copies; on the CPU platform device memory is host memory.)
+    metadata_.num_reqs = plan.num_reqs;
+    metadata_.num_actual_tokens = plan.num_actual_tokens;
+    metadata_.num_decodes = plan.num_decodes;
+    metadata_.num_decode_tokens = plan.num_decode_tokens;
+    metadata_.num_prefills = plan.num_prefills;
+    metadata_.num_prefill_tokens = plan.num_prefill_tokens;
+    metadata_.page_size = plan.page_size;
+    metadata_.decode = plan.decode;
+    metadata_.prefill = plan.prefill;
+    std::copy(plan.paged_kv_indptr_host.begin(), plan.paged_kv_indptr_host.end(), indptr_host_.begin());
+    indptr_.upload(plan.paged_kv_indptr);
+    last_page_len_.upload(plan.paged_kv_last_page_len);
+    seq_lens_.upload(plan.seq_lens);
+    decode_qo_.upload(plan.decode.qo_indptr);
+    prefill_qo_.upload(plan.prefill.qo_indptr);
+    point_metadata();
+  }
+  fill_indices_and_slots(common);
+  return metadata_;
+}
+
+void CsrPlanMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
+  const auto add = [&out](std::string_view name, const auto& array) {
+    out.push_back({name, array.data(), array.capacity() * sizeof(*array.data())});
+  };
+  add("csr_plan.paged_kv_indptr", indptr_);
+  add("csr_plan.paged_kv_indices", indices_);
+  add("csr_plan.paged_kv_last_page_len", last_page_len_);
+  add("csr_plan.seq_lens", seq_lens_);
+  add("csr_plan.decode_qo_indptr", decode_qo_);
+  add("csr_plan.prefill_qo_indptr", prefill_qo_);
+  add("csr_plan.slot_mapping", slot_mapping_);
+}
+
+}  // namespace attnkit

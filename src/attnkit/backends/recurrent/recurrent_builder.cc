@@ -1,0 +1,71 @@
+#include "attnkit/backends/recurrent/recurrent_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/recurrent/recurrent_backend.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+}  // namespace
+
+RecurrentStateBuilder::RecurrentStateBuilder(const BuilderContext& ctx)
+    : memory_(&memory_of(ctx)),
+      max_num_reqs_(ctx.max_num_reqs),
+      slots_host_(sz(std::max(ctx.max_num_reqs, 0))),
+      has_state_host_(sz(std::max(ctx.max_num_reqs, 0))),
+      query_start_loc_(*memory_, sz(std::max(ctx.max_num_reqs, 0)) + 1),
+      state_slots_(*memory_, slots_host_.size()),
+      has_initial_state_(*memory_, has_state_host_.size()),
+      metadata_(RecurrentStateBackend::caps()) {
+  require(ctx.max_num_reqs > 0, "max_num_reqs", std::to_string(ctx.max_num_reqs), "> 0");
+}
+
+// ---- per step (hot path) ------------------------------------------------------------------------
+
+// On the CPU platform the device views are host memory and are read directly; the CUDA issue
+// computes the two small arrays with a kernel instead.
+const AttentionMetadata& RecurrentStateBuilder::build(std::int32_t common_prefix_len,
+                                                      const CommonAttentionMetadata& c) {
+  (void)common_prefix_len;
+  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  require(c.query_start_loc.size() >= sz(c.num_reqs) + 1 && c.seq_lens.size() >= sz(c.num_reqs), "lengths",
+          std::to_string(c.query_start_loc.size()) + " / " + std::to_string(c.seq_lens.size()) + " entries",
+          "num_reqs + 1 query starts and num_reqs seq lens");
+  require(c.num_reqs == 0 || (c.block_table.data != nullptr && c.block_table.num_rows >= c.num_reqs &&
+                              c.block_table.row_stride >= 1),
+          "block_table", std::to_string(c.block_table.num_rows) + " rows", ">= num_reqs rows, >= 1 column",
+          "each request's state slot is the first entry of its row");
+  for (std::int32_t r = 0; r < c.num_reqs; ++r) {
+    const std::int32_t query_len = c.query_start_loc[sz(r) + 1] - c.query_start_loc[sz(r)];
+    const std::int32_t context = c.seq_lens[sz(r)] - query_len;
+    require(query_len >= 0 && context >= 0, "request " + std::to_string(r) + " lengths",
+            std::to_string(query_len) + " query / " + std::to_string(c.seq_lens[sz(r)]) + " seq",
+            "0 <= query_len <= seq_len");
+    slots_host_[sz(r)] = c.block_table.row(r)[0];
+    has_state_host_[sz(r)] = context > 0 ? 1 : 0;
+  }
+  const auto n = sz(c.num_reqs);
+  query_start_loc_.upload(c.query_start_loc.first(n + 1));
+  state_slots_.upload(std::span<const std::int32_t>(slots_host_.data(), n));
+  has_initial_state_.upload(std::span<const std::int32_t>(has_state_host_.data(), n));
+  metadata_.num_reqs = c.num_reqs;
+  metadata_.num_actual_tokens = c.num_actual_tokens;
+  metadata_.query_start_loc = query_start_loc_.first(n + 1);
+  metadata_.state_slots = state_slots_.first(n);
+  metadata_.has_initial_state = has_initial_state_.first(n);
+  return metadata_;
+}
+
+void RecurrentStateBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
+  out.push_back({"recurrent.query_start_loc", query_start_loc_.data(), query_start_loc_.capacity() * sizeof(std::int32_t)});
+  out.push_back({"recurrent.state_slots", state_slots_.data(), state_slots_.capacity() * sizeof(std::int32_t)});
+  out.push_back({"recurrent.has_initial_state", has_initial_state_.data(), has_initial_state_.capacity() * sizeof(std::int32_t)});
+}
+
+}  // namespace attnkit

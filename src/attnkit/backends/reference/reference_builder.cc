@@ -1,0 +1,182 @@
+#include "attnkit/backends/reference/reference_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/reference/reference_backend.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+std::string str(std::int64_t v) { return std::to_string(v); }
+std::int32_t pages_for(std::int32_t tokens, std::int32_t block_size) { return (tokens + block_size - 1) / block_size; }
+}  // namespace
+
+bool cascade_pays(std::int32_t common_prefix_len, std::int32_t num_reqs, const KVCacheSpec& kv_spec) {
+  if (kv_spec.kind == KVSpecKind::kSlidingWindow) return false;
+  return common_prefix_len >= kCascadeMinPrefixTokens && num_reqs >= kCascadeMinRequests;
+}
+
+bool prefix_pages_shared(const BlockTableView& table, std::int32_t num_reqs, std::int32_t prefix_len,
+                         std::int32_t block_size) {
+  const std::int32_t pages = pages_for(prefix_len, block_size);
+  for (std::int32_t r = 1; r < num_reqs; ++r) {
+    for (std::int32_t k = 0; k < pages; ++k) {
+      if (table.row(r)[static_cast<std::size_t>(k)] != table.row(0)[static_cast<std::size_t>(k)]) return false;
+    }
+  }
+  return true;
+}
+
+ReferenceMetadataBuilder::ReferenceMetadataBuilder(const BuilderContext& context)
+    : context_(context), metadata_(ReferenceBackend::caps()) {
+  const BackendCaps& own = ReferenceBackend::caps();
+  if (!(context.caps == nullptr || context.caps == &own)) {
+    throw Error("builder backend", context.caps ? std::string(context.caps->name) : "", std::string(own.name),
+                "the REFERENCE builder was asked to build for another backend");
+  }
+  if (!(context.memory == nullptr || context.memory->kind() == PlatformKind::kCpu)) {
+    throw Error("builder memory", context.memory ? std::string(to_string(context.memory->kind())) : "", "cpu",
+                "the REFERENCE backend reads metadata on the host");
+  }
+  if (!(context.kernel_block_size > 0)) {
+    throw Error("kernel_block_size", str(context.kernel_block_size), "> 0");
+  }
+  if (!(context.max_num_reqs >= 0 && context.max_num_tokens >= 0)) {
+    throw Error("max_num_reqs/max_num_tokens", str(context.max_num_reqs) + "/" + str(context.max_num_tokens), ">= 0");
+  }
+}
+
+// Per step: O(requests) checks that keep the impl from reading out of bounds.
+void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) const {
+  if (!(c.kernel_block_size == context_.kernel_block_size)) {
+    throw Error("common.kernel_block_size", str(c.kernel_block_size), str(context_.kernel_block_size),
+                "the block table must be in this group's kernel pages");
+  }
+  if (!(c.num_reqs >= 0 && c.num_reqs <= context_.max_num_reqs)) {
+    throw Error("num_reqs", str(c.num_reqs), "[0, " + str(context_.max_num_reqs) + "]");
+  }
+  if (!(c.num_actual_tokens >= 0 && c.num_actual_tokens <= context_.max_num_tokens)) {
+    throw Error("num_actual_tokens", str(c.num_actual_tokens), "[0, " + str(context_.max_num_tokens) + "]");
+  }
+  const auto n = static_cast<std::size_t>(c.num_reqs);
+  if (!(c.query_start_loc.size() >= n + 1)) {
+    throw Error("query_start_loc size", str(static_cast<std::int64_t>(c.query_start_loc.size())),
+                ">= num_reqs + 1 = " + str(c.num_reqs + 1));
+  }
+  if (!(c.seq_lens.size() >= n)) {
+    throw Error("seq_lens size", str(static_cast<std::int64_t>(c.seq_lens.size())), ">= num_reqs = " + str(c.num_reqs));
+  }
+  if (!(c.num_reqs == 0 || (c.block_table.data != nullptr && c.block_table.num_rows >= c.num_reqs))) {
+    throw Error("block_table rows", str(c.block_table.num_rows), ">= num_reqs = " + str(c.num_reqs));
+  }
+  if (!(context_.max_blocks_per_req <= 0 || c.block_table.row_stride <= context_.max_blocks_per_req)) {
+    throw Error("block_table row_stride", str(c.block_table.row_stride),
+                "<= max_blocks_per_req = " + str(context_.max_blocks_per_req));
+  }
+  if (!(c.query_start_loc[0] == 0)) {
+    throw Error("query_start_loc[0]", str(c.query_start_loc[0]), "0");
+  }
+  if (!(c.query_start_loc[n] == c.num_actual_tokens)) {
+    throw Error("query_start_loc[num_reqs]", str(c.query_start_loc[n]),
+                "num_actual_tokens = " + str(c.num_actual_tokens));
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::int32_t query_len = c.query_start_loc[r + 1] - c.query_start_loc[r];
+    const std::int32_t seq_len = c.seq_lens[r];
+    const std::string req = "request " + str(static_cast<std::int64_t>(r));
+    if (!(query_len >= 0 && query_len <= c.max_query_len)) {
+      throw Error("query_len", str(query_len), "[0, max_query_len = " + str(c.max_query_len) + "]",
+                  req + " (query_start_loc must be non-decreasing)");
+    }
+    if (!(seq_len >= query_len && seq_len <= c.max_seq_len)) {
+      throw Error("seq_len", str(seq_len),
+                  "[query_len = " + str(query_len) + ", max_seq_len = " + str(c.max_seq_len) + "]", req);
+    }
+    if (!(pages_for(seq_len, c.kernel_block_size) <= c.block_table.row_stride)) {
+      throw Error("block_table row_stride", str(c.block_table.row_stride),
+                  ">= " + str(pages_for(seq_len, c.kernel_block_size)), req + " needs that many pages");
+    }
+  }
+}
+
+bool ReferenceMetadataBuilder::decide_cascade(std::int32_t common_prefix_len) const {
+  switch (context_.cascade) {
+    case CascadePolicy::kNever:
+      return false;
+    case CascadePolicy::kAlways:
+      return common_prefix_len > 0;
+    case CascadePolicy::kHeuristic:
+      return cascade_pays(common_prefix_len, metadata_.num_reqs, context_.kv_spec);
+  }
+  return false;
+}
+
+const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_prefix_len,
+                                                         const CommonAttentionMetadata& common) {
+  validate_batch(common);
+  std::int32_t min_context = common.num_reqs > 0 ? common.max_seq_len : 0;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(common.num_reqs); ++r) {
+    const std::int32_t query_len = common.query_start_loc[r + 1] - common.query_start_loc[r];
+    min_context = std::min(min_context, common.seq_lens[r] - query_len);
+  }
+  if (!(common_prefix_len >= 0 && common_prefix_len <= min_context)) {
+    throw Error("common_prefix_len", str(common_prefix_len), "[0, " + str(min_context) + "]",
+                "the shared prefix must be context of every request");
+  }
+
+  ReferenceMetadata& m = metadata_;
+  m.num_reqs = common.num_reqs;
+  m.num_actual_tokens = common.num_actual_tokens;
+  m.max_query_len = common.max_query_len;
+  m.max_seq_len = common.max_seq_len;
+  m.kernel_block_size = common.kernel_block_size;
+  m.causal = common.causal;
+  m.query_start_loc = common.query_start_loc.first(static_cast<std::size_t>(common.num_reqs) + 1);
+  m.seq_lens = common.seq_lens.first(static_cast<std::size_t>(common.num_reqs));
+  m.block_table = common.block_table;
+  m.use_cascade = decide_cascade(common_prefix_len);
+  m.common_prefix_len = m.use_cascade ? common_prefix_len : 0;
+  if (m.use_cascade) {
+    if (!(prefix_pages_shared(m.block_table, m.num_reqs, m.common_prefix_len, m.kernel_block_size))) {
+      throw Error("common_prefix_len", str(common_prefix_len), "a prefix whose pages every request shares",
+                  "the block table rows differ inside the prefix");
+    }
+  }
+  return m;
+}
+
+const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const AttentionMetadata& planned,
+                                                                      const CommonAttentionMetadata& common) {
+  const auto& plan = metadata_cast<ReferenceMetadata>(planned, ReferenceBackend::caps());
+  if (!(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens)) {
+    throw Error("update_block_table batch",
+                str(common.num_reqs) + " requests / " + str(common.num_actual_tokens) + " tokens",
+                str(plan.num_reqs) + " requests / " + str(plan.num_actual_tokens) + " tokens",
+                "a plan is reused only for a batch of the same structure");
+  }
+  if (!(common.kernel_block_size == plan.kernel_block_size && common.kernel_block_size == context_.kernel_block_size)) {
+    throw Error("common.kernel_block_size", str(common.kernel_block_size), str(plan.kernel_block_size),
+                "a plan is reused only for the same page size");
+  }
+  if (!(plan.num_reqs == 0 || (common.block_table.data != nullptr && common.block_table.num_rows >= plan.num_reqs))) {
+    throw Error("block_table rows", str(common.block_table.num_rows), ">= num_reqs = " + str(plan.num_reqs));
+  }
+  for (std::size_t r = 0; r < static_cast<std::size_t>(plan.num_reqs); ++r) {
+    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= common.block_table.row_stride)) {
+      throw Error("block_table row_stride", str(common.block_table.row_stride),
+                  ">= " + str(pages_for(plan.seq_lens[r], plan.kernel_block_size)));
+    }
+  }
+  if (&plan != &metadata_) metadata_ = plan;
+  metadata_.block_table = common.block_table;
+  if (metadata_.use_cascade && !prefix_pages_shared(metadata_.block_table, metadata_.num_reqs,
+                                                    metadata_.common_prefix_len, metadata_.kernel_block_size)) {
+    metadata_.use_cascade = false;
+    metadata_.common_prefix_len = 0;
+  }
+  return metadata_;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,117 @@
+#include "attnkit/backends/varlen/varlen_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/varlen/varlen_backend.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
+
+std::int32_t positive(std::int32_t value, const char* field) {
+  require(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
+  return value;
+}
+}  // namespace
+
+VarlenMetadataBuilder::VarlenMetadataBuilder(const BuilderContext& ctx)
+    : memory_(&memory_of(ctx)),
+      max_num_reqs_(positive(ctx.max_num_reqs, "max_num_reqs")),
+      max_num_tokens_(positive(ctx.max_num_tokens, "max_num_tokens")),
+      max_blocks_per_req_(positive(ctx.max_blocks_per_req, "max_blocks_per_req")),
+      cu_seqlens_q_(*memory_, static_cast<std::size_t>(max_num_reqs_) + 1),
+      seqused_k_(*memory_, static_cast<std::size_t>(max_num_reqs_)),
+      block_table_(*memory_, static_cast<std::size_t>(max_num_reqs_) * static_cast<std::size_t>(max_blocks_per_req_)),
+      slot_mapping_(*memory_, static_cast<std::size_t>(max_num_tokens_)),
+      metadata_(VarlenBackend::caps()) {}
+
+// ---- per step (hot path) ------------------------------------------------------------------------
+
+void VarlenMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) const {
+  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  require(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
+          std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
+  require(c.query_start_loc.size() >= static_cast<std::size_t>(c.num_reqs) + 1, "query_start_loc size",
+          std::to_string(c.query_start_loc.size()), ">= num_reqs + 1");
+  require(c.seq_lens.size() >= static_cast<std::size_t>(c.num_reqs), "seq_lens size",
+          std::to_string(c.seq_lens.size()), ">= num_reqs");
+  require(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+          "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
+  require(c.slot_mapping.size() >= static_cast<std::size_t>(c.num_actual_tokens), "slot_mapping size",
+          std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
+}
+
+// Device-to-device copies. On the CPU platform device memory is host memory, so the resource's
+// host copy is the copy; the CUDA issue gives MemoryResource a device copy for this.
+void VarlenMetadataBuilder::copy_block_table_and_slots(const CommonAttentionMetadata& c) {
+  const std::int32_t columns = std::min(c.block_table.row_stride, max_blocks_per_req_);
+  const std::size_t row_bytes = static_cast<std::size_t>(columns) * sizeof(std::int32_t);
+  if (columns == c.block_table.row_stride) {
+    memory_->copy_from_host(block_table_.data(), c.block_table.data, row_bytes * static_cast<std::size_t>(c.num_reqs));
+  } else {
+    // A wider source table: keep the first `columns` entries of each row. A request that needs
+    // more pages than that is refused by the impl (it checks ceil(seqused_k / B) <= row_stride).
+    for (std::int32_t r = 0; r < c.num_reqs; ++r) {
+      memory_->copy_from_host(block_table_.data() + static_cast<std::ptrdiff_t>(r) * columns,
+                              c.block_table.row(r).data(), row_bytes);
+    }
+  }
+  metadata_.block_table = BlockTableView{block_table_.data(), c.num_reqs, columns};
+  slot_mapping_.upload(c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens)));
+  metadata_.slot_mapping = slot_mapping_.first(static_cast<std::size_t>(c.num_actual_tokens));
+}
+
+const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix_len,
+                                                      const CommonAttentionMetadata& common) {
+  (void)common_prefix_len;
+  check_capacity(common);
+  const auto num_reqs = static_cast<std::size_t>(common.num_reqs);
+  cu_seqlens_q_.upload(common.query_start_loc.first(num_reqs + 1));
+  seqused_k_.upload(common.seq_lens.first(num_reqs));
+  metadata_.cu_seqlens_q = cu_seqlens_q_.first(num_reqs + 1);
+  metadata_.seqused_k = seqused_k_.first(num_reqs);
+  metadata_.num_reqs = common.num_reqs;
+  metadata_.num_actual_tokens = common.num_actual_tokens;
+  metadata_.max_query_len = common.max_query_len;
+  metadata_.max_seq_len = common.max_seq_len;
+  metadata_.causal = common.causal;
+  copy_block_table_and_slots(common);
+  return metadata_;
+}
+
+const AttentionMetadata& VarlenMetadataBuilder::update_block_table(const AttentionMetadata& planned,
+                                                                   const CommonAttentionMetadata& common) {
+  const auto& plan = metadata_cast<VarlenMetadata>(planned, VarlenBackend::caps());
+  require(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens,
+          "update_block_table batch", std::to_string(common.num_reqs) + " reqs / " +
+                                          std::to_string(common.num_actual_tokens) + " tokens",
+          std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) + " tokens",
+          "a plan is reused only for a group with the same batch structure");
+  check_capacity(common);
+  if (&plan != &metadata_) {
+    cu_seqlens_q_.upload(plan.cu_seqlens_q);
+    seqused_k_.upload(plan.seqused_k);
+    metadata_.cu_seqlens_q = cu_seqlens_q_.first(plan.cu_seqlens_q.size());
+    metadata_.seqused_k = seqused_k_.first(plan.seqused_k.size());
+    metadata_.num_reqs = plan.num_reqs;
+    metadata_.num_actual_tokens = plan.num_actual_tokens;
+    metadata_.max_query_len = plan.max_query_len;
+    metadata_.max_seq_len = plan.max_seq_len;
+    metadata_.causal = plan.causal;
+  }
+  copy_block_table_and_slots(common);
+  return metadata_;
+}
+
+void VarlenMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
+  out.push_back({"varlen.cu_seqlens_q", cu_seqlens_q_.data(), cu_seqlens_q_.capacity() * sizeof(std::int32_t)});
+  out.push_back({"varlen.seqused_k", seqused_k_.data(), seqused_k_.capacity() * sizeof(std::int32_t)});
+  out.push_back({"varlen.block_table", block_table_.data(), block_table_.capacity() * sizeof(std::int32_t)});
+  out.push_back({"varlen.slot_mapping", slot_mapping_.data(), slot_mapping_.capacity() * sizeof(std::int64_t)});
+}
+
+}  // namespace attnkit

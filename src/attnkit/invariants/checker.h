@@ -1,0 +1,78 @@
+// V1-V9: the nine invariants, checked on demand (every step in debug runs, or from the CLI).
+// The checker reads a plain snapshot of one prepared step, so tests can corrupt one field of a
+// valid snapshot and show that exactly that violation is reported.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/kv/kv_cache.h"
+
+namespace attnkit {
+
+class ModelRunner;
+
+struct LayerSnapshot {
+  std::string_view name;
+  int kv_group = 0;
+  const BackendCaps* backend = nullptr;
+  const KVCacheSpec* spec = nullptr;
+  int num_q_heads = 0;
+  const AttentionMetadata* metadata = nullptr;
+  const KVCacheView* kv_view = nullptr;
+};
+
+struct GroupSnapshot {
+  const KVGroupGeometry* geometry = nullptr;
+  CommonAttentionMetadata common;                // this group's copy (block table, slots)
+  std::span<const std::int32_t> manager_rows;    // reordered, [num_reqs][manager_row_stride]
+  std::int32_t manager_row_stride = 0;
+};
+
+// A per-request array before and after the reorder.
+struct ReorderedArray {
+  std::string_view name;
+  std::span<const std::int32_t> original;
+  std::span<const std::int32_t> reordered;
+  std::int32_t row_width = 1;  // block tables: entries compared per row (the narrower of the two strides)
+  std::int32_t original_stride = 1;
+  std::int32_t reordered_stride = 1;
+};
+
+struct StepSnapshot {
+  std::vector<LayerSnapshot> layers;
+  std::vector<GroupSnapshot> groups;
+  CommonAttentionMetadata common;                     // the template
+  std::span<const std::int32_t> query_lens;           // reordered
+  std::span<const std::int32_t> num_computed_tokens;  // reordered device truth
+  std::span<const std::int32_t> order;
+  std::vector<ReorderedArray> reordered;
+  std::vector<GraphBuffer> captured_buffers;
+  std::vector<GraphBuffer> current_buffers;
+};
+
+struct Violation {
+  int invariant = 0;  // 1..9, as numbered in SYSTEM.md
+  std::string message;
+};
+
+std::vector<Violation> check_invariants(const StepSnapshot& snapshot);
+
+// The snapshot of the runner's prepared step (allocates: debug and tools only).
+StepSnapshot snapshot_of(const ModelRunner& runner);
+
+class InvariantError : public std::runtime_error {
+ public:
+  explicit InvariantError(std::vector<Violation> violations);
+  const std::vector<Violation>& violations() const { return violations_; }
+
+ private:
+  std::vector<Violation> violations_;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,56 @@
+// G1/G2: attn_groups[kv_cache_group][attention_group]. The outer level owns one block table and
+// slot mapping; the inner level groups layers by (backend, KV spec, query heads per rank) and owns
+// the one builder whose metadata every layer of the group reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/kv/kv_cache.h"
+#include "attnkit/metadata/forward_context.h"
+#include "attnkit/platform/platform.h"
+
+namespace attnkit {
+
+struct AttentionGroup {
+  int kv_group = 0;
+  const BackendType* backend = nullptr;
+  KernelVariant variant;
+  KVCacheSpec spec;
+  int num_q_heads = 0;
+  std::vector<LayerId> layers;
+  std::unique_ptr<MetadataBuilder> builder;
+  const AttentionMetadata* metadata = nullptr;  // this step's, registered under every layer
+  bool reused_plan = false;                     // this step: G4 block-table-only update
+};
+
+struct KVGroupState {
+  KVGroupGeometry geometry;
+  std::vector<AttentionGroup> attn_groups;
+  bool causal = true;  // decoder layers; encoder kinds attend bidirectionally
+  std::int32_t max_manager_blocks_per_req = 0;
+  std::int32_t max_kernel_blocks_per_req = 0;
+  // Per step, in the reordered request order.
+  std::vector<std::int32_t> manager_rows;     // [max_num_reqs][max_manager_blocks_per_req]
+  std::vector<std::int32_t> kernel_rows;      // host staging of the kernel block table
+  std::vector<std::int64_t> slot_staging;     // host staging of the slot mapping
+  DeviceArray<std::int32_t> block_table;      // [max_num_reqs][max_kernel_blocks_per_req]
+  DeviceArray<std::int64_t> slot_mapping;     // [max_num_tokens]
+  CommonAttentionMetadata common;             // this step's copy of the template for this group
+  std::int32_t common_prefix_len = 0;         // this step, tokens (B4)
+};
+
+// Identity of an attention group inside its KV group.
+struct AttentionGroupKey {
+  const BackendType* backend;
+  int num_q_heads;
+};
+
+// Splits the layers of one KV group (given as (layer id, backend, q heads)) into attention groups
+// in order of first appearance.
+std::vector<std::vector<LayerId>> partition_attention_layers(std::span<const LayerId> layers,
+                                                             std::span<const AttentionGroupKey> keys);
+
+}  // namespace attnkit

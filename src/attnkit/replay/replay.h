@@ -1,0 +1,42 @@
+// Replays a recorded batch through the real runner path: KV update through the slot mapping,
+// then attention on the selected backend. Tool code (start-up cost, allocates freely).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/core/tensor.h"
+#include "attnkit/replay/batch_record.h"
+
+namespace attnkit {
+
+struct ReplayOptions {
+  std::optional<std::string> backend;  // nullopt = auto selection
+  bool want_lse = false;
+  bool check_invariants = true;
+  CascadePolicy cascade = CascadePolicy::kHeuristic;
+  std::function<void(std::string_view)> log;
+  // Called once the step is prepared (metadata built), before attention runs; for tools that
+  // print or inspect the plan.
+  std::function<void(const class ModelRunner&)> on_prepared;
+};
+
+struct ReplayResult {
+  std::string backend;
+  std::string variant;
+  HostTensor out;  // float32 [tokens, q_heads, head_size], in the record's request order
+  HostTensor lse;  // float32 [tokens, q_heads] when asked
+  std::string common_metadata_json;   // common metadata (CPU and device views), reordered order
+  std::string backend_metadata_json;  // the backend's own metadata
+  std::string metadata_json;          // both, with backend, variant, reorder and graph mode
+};
+
+ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& options);
+
+// Writes out.npy, lse.npy (if present) and metadata.json into `dir`.
+void write_replay_result(const std::string& dir, const ReplayResult& result);
+
+}  // namespace attnkit

@@ -1,0 +1,84 @@
+#include "attnkit/selection/registry.h"
+
+#include "attnkit/backends/csr_plan/csr_plan_backend.h"
+#include "attnkit/backends/recurrent/recurrent_backend.h"
+#include "attnkit/backends/reference/reference_backend.h"
+#include "attnkit/backends/varlen/varlen_backend.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<PriorityList> priorities)
+    : backends_(std::move(backends)) {
+  for (std::size_t i = 0; i < backends_.size(); ++i) {
+    const std::string_view name = backends_[i].name();
+    require(!name.empty(), "backend name", "\"\"", "a non-empty name");
+    for (std::size_t j = 0; j < i; ++j) {
+      require(backends_[j].name() != name, "backend name", std::string(name), "unique names",
+              "two registered backends share this name");
+    }
+  }
+  for (const PriorityList& list : priorities) {
+    std::vector<std::size_t> order;
+    for (std::string_view name : list.backends) {
+      const BackendType* type = find(name);
+      require(type != nullptr, "priority list entry", std::string(name), names(),
+              std::string("the ") + std::string(to_string(list.platform)) + " priority list names an unregistered backend");
+      order.push_back(static_cast<std::size_t>(type - backends_.data()));
+    }
+    priorities_.emplace_back(list.platform, std::move(order));
+  }
+}
+
+const BackendType* BackendRegistry::find(std::string_view name) const {
+  for (const BackendType& type : backends_) {
+    if (type.name() == name) return &type;
+  }
+  return nullptr;
+}
+
+std::vector<const BackendType*> BackendRegistry::priority_list(PlatformKind platform) const {
+  std::vector<const BackendType*> out;
+  for (const auto& [kind, order] : priorities_) {
+    if (kind != platform) continue;
+    for (std::size_t index : order) out.push_back(&backends_[index]);
+  }
+  return out;
+}
+
+std::string BackendRegistry::names() const {
+  std::string out;
+  for (const BackendType& type : backends_) {
+    if (!out.empty()) out += ", ";
+    out += type.name();
+  }
+  return out;
+}
+
+const BackendRegistry& default_registry() {
+  static const BackendRegistry registry = [] {
+    const BackendType reference = backend_type_of<ReferenceBackend>();
+    const BackendType varlen = backend_type_of<VarlenBackend>();
+    const BackendType csr_plan = backend_type_of<CsrPlanBackend>();
+    const BackendType recurrent = backend_type_of<RecurrentStateBackend>();
+    // CPU: the exact reference first, then the production-style backends, then the state backend
+    // (it serves only recurrent-state layers, which the others reject). CUDA: no backend declares
+    // CUDA yet, so auto on CUDA fails with every candidate's reasons; that is the honest state.
+    std::vector<BackendRegistry::PriorityList> priorities{
+        {PlatformKind::kCpu, {reference.name(), varlen.name(), csr_plan.name(), recurrent.name()}},
+        {PlatformKind::kCuda, {varlen.name(), csr_plan.name()}},
+    };
+    return BackendRegistry({reference, varlen, csr_plan, recurrent}, std::move(priorities));
+  }();
+  return registry;
+}
+
+const std::vector<BackendType>& registered_backends() { return default_registry().backends(); }
+
+const BackendType* find_backend(std::string_view name) { return default_registry().find(name); }
+
+std::vector<const BackendType*> priority_list(PlatformKind platform) {
+  return default_registry().priority_list(platform);
+}
+
+}  // namespace attnkit

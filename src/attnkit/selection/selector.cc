@@ -1,0 +1,136 @@
+#include "attnkit/selection/selector.h"
+
+namespace attnkit {
+
+namespace {
+
+void append_reasons(std::string& out, const CandidateReport& report) {
+  out += "\n  " + std::string(report.backend) + ":";
+  for (const Reason& r : report.reasons) out += "\n    - [" + std::string(to_string(r.kind)) + "] " + r.message();
+}
+
+// Which backends of the registry would accept `config`: an explicit failure names them so the
+// user can choose one; the selector itself never switches.
+std::string accepting_backends(const BackendRegistry& registry, const AttentionConfig& config) {
+  std::string out;
+  for (const BackendType& type : registry.backends()) {
+    if (!validate(type.caps(), config).empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += type.name();
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+// --- Selection -----------------------------------------------------------------------------------
+
+std::string Selection::log_line() const {
+  std::string line = "attention backend " + std::string(backend ? backend->name() : "?") + ", kernel " +
+                     std::string(variant.name);
+  if (explicit_choice) return line + " (explicit)";
+  line += " (auto: first valid of ";
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (i) line += ", ";
+    line += candidates[i].backend;
+  }
+  for (const CandidateReport& c : candidates) {
+    if (c.valid()) continue;
+    line += "; skipped " + std::string(c.backend) + ":";
+    for (std::size_t i = 0; i < c.reasons.size(); ++i) {
+      line += (i ? "; [" : " [") + std::string(to_string(c.reasons[i].kind)) + "] " + c.reasons[i].message();
+    }
+  }
+  return line + ")";
+}
+
+SelectionError::SelectionError(const std::string& message, std::vector<CandidateReport> candidates)
+    : std::runtime_error(message), candidates_(std::move(candidates)) {}
+
+// --- Selector ------------------------------------------------------------------------------------
+
+Selector::Selector(const BackendRegistry& registry) : registry_(&registry) {}
+
+std::size_t Selector::KeyHash::operator()(const Key& key) const {
+  std::size_t h = AttentionConfigHash{}(key.config);
+  const std::size_t name_hash = key.backend_name ? std::hash<std::string>{}(*key.backend_name) : 0x5bd1e995;
+  return h ^ (name_hash + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+const Selection& Selector::select(const AttentionConfig& config, std::optional<std::string_view> backend_name) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Key key{config, backend_name ? std::optional<std::string>(std::string(*backend_name)) : std::nullopt};
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  Selection selection = backend_name ? select_explicit(config, *backend_name) : select_auto(config);
+  const Selection& stored = cache_.emplace(std::move(key), std::move(selection)).first->second;
+  // The sink runs unlocked so it may call back into the selector; `stored` never moves.
+  const LogSink sink = log_sink_;
+  lock.unlock();
+  if (sink) sink(stored.log_line());
+  return stored;
+}
+
+Selection Selector::select_explicit(const AttentionConfig& config, std::string_view name) const {
+  const BackendType* type = registry_->find(name);
+  if (type == nullptr) {
+    throw SelectionError("unknown attention backend \"" + std::string(name) + "\"; registered backends: " +
+                             registry_->names() + " (names are case-sensitive)",
+                         {});
+  }
+  CandidateReport report{type->name(), validate(type->caps(), config)};
+  if (!report.valid()) {
+    std::string message = "attention backend " + std::string(type->name()) +
+                          " was requested explicitly but cannot run " + config.describe() +
+                          "; it is never replaced by another backend (backends that accept this configuration: " +
+                          accepting_backends(*registry_, config) + "):";
+    append_reasons(message, report);
+    throw SelectionError(message, {std::move(report)});
+  }
+  return Selection{type, type->resolve_variant(config), true, {std::move(report)}};
+}
+
+Selection Selector::select_auto(const AttentionConfig& config) const {
+  const std::vector<const BackendType*> order = registry_->priority_list(config.platform.kind);
+  std::vector<CandidateReport> candidates;
+  for (const BackendType* type : order) {
+    candidates.push_back(CandidateReport{type->name(), validate(type->caps(), config)});
+    if (candidates.back().valid()) {
+      return Selection{type, type->resolve_variant(config), false, std::move(candidates)};
+    }
+  }
+  std::string message = "no attention backend on " + std::string(to_string(config.platform.kind)) + " accepts " +
+                        config.describe();
+  if (candidates.empty()) {
+    message += ": the priority list of this platform is empty (registered backends: " + registry_->names() + ")";
+  } else {
+    message += "; every candidate in priority order and all its reasons:";
+    for (const CandidateReport& c : candidates) append_reasons(message, c);
+  }
+  throw SelectionError(message, std::move(candidates));
+}
+
+void Selector::set_log_sink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  log_sink_ = std::move(sink);
+}
+
+std::size_t Selector::cache_hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+std::size_t Selector::cache_misses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return misses_;
+}
+
+std::size_t Selector::cache_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
+}
+
+}  // namespace attnkit

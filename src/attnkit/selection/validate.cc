@@ -1,0 +1,202 @@
+#include "attnkit/selection/validate.h"
+
+#include <algorithm>
+
+namespace attnkit {
+
+namespace {
+
+template <class T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// "{a, b}" from any list whose elements have a textual form; "none" when empty.
+template <class T, class ToText>
+std::string braced(const std::vector<T>& values, ToText to_text) {
+  if (values.empty()) return "none";
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += to_text(values[i]);
+  }
+  return out + "}";
+}
+
+std::string text_of(std::string_view s) { return std::string(s); }
+
+Reason feature_reason(std::string parameter, std::string value, std::string supported_set,
+                      std::string explanation = {}) {
+  return Reason{ReasonKind::kFeature, std::move(parameter), std::move(value), std::move(supported_set),
+                std::move(explanation)};
+}
+
+// Shape facts every backend relies on; not a capability, but a config violating them can run nowhere.
+void check_shape(const AttentionConfig& c, std::vector<Reason>& out) {
+  if (c.head_size <= 0) out.push_back(feature_reason("head_size", std::to_string(c.head_size), "a positive size"));
+  if (c.num_kv_heads <= 0) {
+    out.push_back(feature_reason("num_kv_heads", std::to_string(c.num_kv_heads), "a positive count"));
+  } else if (c.num_q_heads <= 0 || c.num_q_heads % c.num_kv_heads != 0) {
+    out.push_back(feature_reason("num_q_heads", std::to_string(c.num_q_heads),
+                                 "a positive multiple of num_kv_heads = " + std::to_string(c.num_kv_heads),
+                                 "each query head reads KV head h / (num_q_heads / num_kv_heads)"));
+  }
+}
+
+void check_hardware(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!contains(caps.platforms, c.platform.kind)) {
+    out.push_back(Reason{ReasonKind::kHardware, "platform", c.platform.describe(), supported::platforms(caps), {}});
+  }
+  if (c.platform.kind == PlatformKind::kCuda && !caps.cuda_compute_capability.contains(c.platform.compute_capability)) {
+    out.push_back(Reason{ReasonKind::kHardware, "compute_capability",
+                         "sm_" + std::to_string(c.platform.compute_capability),
+                         caps.cuda_compute_capability.describe(), {}});
+  }
+}
+
+void check_parameters(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!contains(caps.dtypes, c.dtype)) {
+    out.push_back(feature_reason("dtype", text_of(to_string(c.dtype)), supported::dtypes(caps.dtypes)));
+  }
+  if (!contains(caps.kv_cache_dtypes, c.kv_cache_dtype)) {
+    out.push_back(feature_reason("kv_cache_dtype", text_of(to_string(c.kv_cache_dtype)),
+                                 supported::dtypes(caps.kv_cache_dtypes)));
+  }
+  if (!contains(caps.head_sizes, c.head_size)) {
+    out.push_back(feature_reason("head_size", std::to_string(c.head_size), supported::head_sizes(caps)));
+  }
+  if (!caps.block_sizes.contains(c.block_size)) {
+    out.push_back(feature_reason("block_size", std::to_string(c.block_size), caps.block_sizes.describe()));
+  }
+  if (c.kv_layout && !contains(caps.kv_layouts, *c.kv_layout)) {
+    out.push_back(feature_reason("kv_layout", text_of(to_string(*c.kv_layout)), supported::kv_layouts(caps)));
+  }
+  if (!contains(caps.attention_types, c.attn_type)) {
+    out.push_back(feature_reason("attn_type", text_of(to_string(c.attn_type)), supported::attention_types(caps)));
+  }
+  if (!contains(caps.kv_spec_kinds, c.kv_spec_kind)) {
+    out.push_back(
+        feature_reason("kv_spec_kind", text_of(to_string(c.kv_spec_kind)), supported::kv_spec_kinds(caps)));
+  }
+  for (Feature f : kAllFeatures) {
+    if (c.features.has(f) && !caps.features.has(f)) {
+      const std::string offered = caps.features.bits() == 0 ? "none" : "{" + caps.features.describe() + "}";
+      out.push_back(feature_reason("features", text_of(to_string(f)), offered));
+    }
+  }
+  if (c.optimistic_cpu_lengths && caps.needs_exact_cpu_lengths) {
+    out.push_back(feature_reason("optimistic_cpu_lengths", "true", "false",
+                                 "this backend's builder needs exact CPU sequence lengths (G6/V9); optimistic "
+                                 "upper bounds from speculative decoding must never reach it"));
+  }
+}
+
+void check_combinations(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
+  for (const CombinationRule& rule : caps.combination_rules) {
+    if (rule.violated == nullptr || !rule.violated(c)) continue;
+    // The value names each parameter of the rule with the configuration's setting of it.
+    std::string value;
+    std::string_view rest = rule.parameters;
+    while (!rest.empty()) {
+      const std::size_t plus = rest.find('+');
+      std::string_view name = rest.substr(0, plus);
+      while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      if (!name.empty()) {
+        const std::string v = parameter_value(c, name);
+        if (!value.empty()) value += ", ";
+        value += std::string(name) + " = " + (v.empty() ? "?" : v);
+      }
+      rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
+    }
+    out.push_back(Reason{ReasonKind::kCombination, std::string(rule.parameters), value, "each alone, not together",
+                         std::string(rule.explanation)});
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(ReasonKind kind) {
+  switch (kind) {
+    case ReasonKind::kHardware: return "hardware";
+    case ReasonKind::kFeature: return "feature";
+    case ReasonKind::kCombination: return "combination";
+  }
+  return "?";
+}
+
+std::string Reason::message() const {
+  std::string msg;
+  if (kind == ReasonKind::kCombination) {
+    msg += parameter + " not supported together (" + value + ")";
+  } else {
+    msg = parameter + " = " + value;
+    if (!supported.empty()) msg += ", supported " + supported;
+  }
+  if (!explanation.empty()) msg += ": " + explanation;
+  return msg;
+}
+
+std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& config) {
+  std::vector<Reason> reasons;
+  check_hardware(caps, config, reasons);
+  check_shape(config, reasons);
+  check_parameters(caps, config, reasons);
+  check_combinations(caps, config, reasons);
+  return reasons;
+}
+
+std::string parameter_value(const AttentionConfig& c, std::string_view parameter) {
+  if (parameter == "platform") return c.platform.describe();
+  if (parameter == "compute_capability") return "sm_" + std::to_string(c.platform.compute_capability);
+  if (parameter == "dtype") return text_of(to_string(c.dtype));
+  if (parameter == "kv_cache_dtype") return text_of(to_string(c.kv_cache_dtype));
+  if (parameter == "head_size") return std::to_string(c.head_size);
+  if (parameter == "num_q_heads") return std::to_string(c.num_q_heads);
+  if (parameter == "num_kv_heads") return std::to_string(c.num_kv_heads);
+  if (parameter == "block_size") return std::to_string(c.block_size);
+  if (parameter == "kv_layout") return c.kv_layout ? text_of(to_string(*c.kv_layout)) : "any";
+  if (parameter == "attn_type") return text_of(to_string(c.attn_type));
+  if (parameter == "kv_spec_kind") return text_of(to_string(c.kv_spec_kind));
+  if (parameter == "features") return c.features.describe();
+  if (parameter == "optimistic_cpu_lengths") return c.optimistic_cpu_lengths ? "true" : "false";
+  if (auto feature = parse_feature(parameter)) return c.features.has(*feature) ? "on" : "off";
+  return {};
+}
+
+namespace supported {
+
+std::string platforms(const BackendCaps& caps) {
+  if (caps.platforms.empty()) return "none";
+  std::string out;
+  for (PlatformKind p : caps.platforms) {
+    if (!out.empty()) out += ", ";
+    out += to_string(p);
+    if (p == PlatformKind::kCuda) out += " (" + caps.cuda_compute_capability.describe() + ")";
+  }
+  return out;
+}
+
+std::string dtypes(const std::vector<DType>& values) {
+  return braced(values, [](DType d) { return text_of(to_string(d)); });
+}
+
+std::string head_sizes(const BackendCaps& caps) {
+  return braced(caps.head_sizes, [](int s) { return std::to_string(s); });
+}
+
+std::string kv_layouts(const BackendCaps& caps) {
+  return braced(caps.kv_layouts, [](KVLayout l) { return text_of(to_string(l)); });
+}
+
+std::string attention_types(const BackendCaps& caps) {
+  return braced(caps.attention_types, [](AttentionType t) { return text_of(to_string(t)); });
+}
+
+std::string kv_spec_kinds(const BackendCaps& caps) {
+  return braced(caps.kv_spec_kinds, [](KVSpecKind k) { return text_of(to_string(k)); });
+}
+
+}  // namespace supported
+
+}  // namespace attnkit

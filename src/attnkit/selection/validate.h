@@ -1,0 +1,52 @@
+// S2: why a backend cannot run a configuration, as a list of every reason (never just "false").
+// The supported-set texts are public so the support matrix prints exactly what validate() reports.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/selection/capabilities.h"
+#include "attnkit/selection/config.h"
+
+namespace attnkit {
+
+enum class ReasonKind : std::uint8_t {
+  kHardware,     // platform or compute capability
+  kFeature,      // one parameter or feature on its own
+  kCombination,  // parameters that each pass alone but fail together (a CombinationRule)
+};
+std::string_view to_string(ReasonKind kind);  // "hardware", "feature", "combination"
+
+struct Reason {
+  ReasonKind kind = ReasonKind::kFeature;
+  std::string parameter;  // "head_size", "features", "kv_cache_dtype + sinks"
+  std::string value;      // the configuration's value: "72"
+  std::string supported;  // what the backend accepts: "{64, 128}"
+  std::string explanation;
+
+  // "head_size = 72, supported {64, 128}", or for a combination "kv_cache_dtype + sinks not
+  // supported together (kv_cache_dtype = fp8_e4m3, sinks = on)"; then ": <explanation>" when
+  // there is one. The kind is not part of it: callers print to_string(kind) where they want it.
+  std::string message() const;
+};
+
+// Every reason `caps` rejects `config`, hardware first, then single parameters in declaration
+// order, then violated combination rules. Empty means the backend can run the configuration.
+std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& config);
+
+// The configuration's value of a parameter by its validate() name ("kv_cache_dtype", "block_size",
+// a feature name such as "sinks" -> "on"/"off"); empty when the name is unknown.
+std::string parameter_value(const AttentionConfig& config, std::string_view parameter);
+
+// The supported-set text of each parameter, as validate() reports it.
+namespace supported {
+std::string platforms(const BackendCaps& caps);  // "cpu, cuda (sm_80..sm_90)"
+std::string dtypes(const std::vector<DType>& dtypes);
+std::string head_sizes(const BackendCaps& caps);
+std::string kv_layouts(const BackendCaps& caps);
+std::string attention_types(const BackendCaps& caps);
+std::string kv_spec_kinds(const BackendCaps& caps);
+}  // namespace supported
+
+}  // namespace attnkit

@@ -1,0 +1,46 @@
+#include <iostream>
+
+#include "attnkit/replay/replay.h"
+#include "commands.h"
+
+namespace attnkit::cli {
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  struct Flags {
+    std::string dir;
+    std::string backend;
+    std::string out_dir;
+    bool lse = false;
+    bool no_check = false;
+    bool verbose = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "replay",
+      "Replay a recorded batch (docs/replay-format.md): KV update through the slot mapping, then attention. Writes "
+      "out.npy, lse.npy (with --lse) and metadata.json.");
+  cmd->add_option("DIR", flags->dir, "Directory with batch.json and q/k/v/k_cache/v_cache.npy")->required();
+  cmd->add_option("--backend", flags->backend, "Explicit backend (default: auto selection)");
+  cmd->add_flag("--lse", flags->lse, "Also write lse.npy [tokens, q_heads] (natural log)");
+  cmd->add_option("--out", flags->out_dir, "Where to write the results (default: DIR)");
+  cmd->add_flag("--no-check", flags->no_check, "Skip the V1-V9 invariant checker");
+  cmd->add_flag("-v,--verbose", flags->verbose, "Log selection and KV-group negotiation");
+  cmd->callback([flags, &exit_code] {
+    const BatchRecord record = load_batch_record(flags->dir);
+    ReplayOptions options;
+    if (!flags->backend.empty()) options.backend = flags->backend;
+    options.want_lse = flags->lse;
+    options.check_invariants = !flags->no_check;
+    if (flags->verbose) options.log = [](std::string_view line) { std::cerr << line << "\n"; };
+    const ReplayResult result = replay_batch(record, options);
+    const std::string out = flags->out_dir.empty() ? flags->dir : flags->out_dir;
+    write_replay_result(out, result);
+    std::cout << "backend " << result.backend << ", kernel " << result.variant << "; "
+              << record.requests.size() << " requests, " << record.num_tokens() << " tokens"
+              << (options.check_invariants ? "; invariants V1-V9 hold" : "") << "\n"
+              << "wrote " << out << "/out.npy" << (flags->lse ? ", lse.npy" : "") << ", metadata.json\n";
+    exit_code = 0;
+  });
+}
+
+}  // namespace attnkit::cli

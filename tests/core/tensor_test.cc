@@ -1,0 +1,69 @@
+// TensorView: contiguous strides, slicing that shares storage, strided element access.
+#include "attnkit/core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace attnkit {
+namespace {
+
+TEST(TensorView, ContiguousStridesAreRowMajor) {
+  float storage[2 * 3 * 4] = {};
+  const TensorView v = TensorView::contiguous(storage, DType::kFloat32, {2, 3, 4});
+  EXPECT_EQ(v.ndim, 3);
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_EQ(v.stride[0], 12);
+  EXPECT_EQ(v.stride[1], 4);
+  EXPECT_EQ(v.stride[2], 1);
+  EXPECT_EQ(v.offset(1, 2, 3), 23);
+  EXPECT_EQ(v.shape_string(), "[2, 3, 4]");
+  EXPECT_FALSE(v.empty());
+  EXPECT_TRUE(TensorView{}.empty());
+  EXPECT_THROW(TensorView::contiguous(storage, DType::kFloat32, {1, 1, 1, 1, 1}), std::invalid_argument);
+}
+
+TEST(TensorView, SliceRowsSharesStorage) {
+  HostTensor t(DType::kFloat16, {5, 2, 3});
+  for (std::int64_t i = 0; i < 30; ++i) store_float(t.view().data, i, DType::kFloat16, static_cast<float>(i));
+  const TensorView rows = t.view().slice_rows(2, 4);
+  EXPECT_EQ(rows.shape_string(), "[2, 2, 3]");
+  EXPECT_EQ(rows.stride, t.view().stride);
+  EXPECT_EQ(rows.get(0, 0, 0), 12.0f);  // row 2 starts at element 2 * 6
+  EXPECT_EQ(rows.get(1, 1, 2), 23.0f);
+  rows.set(-7.0f, 1, 0, 1);
+  EXPECT_EQ(t.view().get(3, 0, 1), -7.0f) << "a slice writes through to its parent";
+  const TensorView empty_slice = t.view().slice_rows(5, 5);
+  EXPECT_EQ(empty_slice.numel(), 0);
+}
+
+TEST(TensorView, StridedViewsReadTheRightElements) {
+  // A transposed [3, 2] view of a [2, 3] bf16 buffer.
+  std::vector<std::uint16_t> storage(6);
+  for (int i = 0; i < 6; ++i) storage[static_cast<std::size_t>(i)] = float_to_bfloat16(static_cast<float>(10 * i));
+  TensorView t;
+  t.data = storage.data();
+  t.dtype = DType::kBFloat16;
+  t.ndim = 2;
+  t.shape = {3, 2, 1, 1};
+  t.stride = {1, 3, 0, 0};
+  EXPECT_EQ(t.get(2, 1), 50.0f);  // element (1, 2) of the original
+  EXPECT_EQ(t.get(1, 0), 10.0f);
+  EXPECT_EQ(t.slice_rows(1, 3).get(1, 1), 50.0f);
+}
+
+TEST(HostTensor, OwnsContiguousStorageAndFills) {
+  HostTensor t(DType::kBFloat16, {4, 3});
+  EXPECT_EQ(t.bytes(), 24u);
+  EXPECT_EQ(t.dims(), (std::vector<std::int64_t>{4, 3}));
+  t.fill(NAN);
+  for (std::int64_t i = 0; i < 12; ++i) EXPECT_TRUE(std::isnan(load_float(t.view().data, i, DType::kBFloat16)));
+  t.fill(1.5f);
+  EXPECT_EQ(t.view().get(3, 2), 1.5f);
+  const TensorView& as_view = t;
+  EXPECT_EQ(as_view.data, t.view().data);
+}
+
+}  // namespace
+}  // namespace attnkit
