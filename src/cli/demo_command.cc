@@ -3,6 +3,7 @@
 #include <iostream>
 #include <random>
 
+#include "attnkit/metadata/field_json.h"
 #include "attnkit/replay/replay.h"
 #include "attnkit/runner/model_runner.h"
 #include "attnkit/selection/registry.h"
@@ -53,6 +54,22 @@ bool check_common(const CommonAttentionMetadata& c) {
   };
   return eq(c.query_start_loc, {0, 1, 5, 8}) && eq(c.seq_lens, {128, 4, 35}) && c.max_query_len == 4 &&
          c.max_seq_len == 128 && c.num_actual_tokens == 8 && eq(c.slot_mapping, {175, 80, 81, 82, 83, 192, 193, 194});
+}
+
+// The backend-specific numbers SYSTEM.md gives; backends it says nothing about pass trivially.
+bool check_backend(std::string_view backend, const AttentionMetadata& metadata) {
+  const nlohmann::json j = metadata_to_json(metadata);
+  const auto is = [&](const nlohmann::json& v, std::vector<std::int64_t> want) {
+    return v.is_array() && v.get<std::vector<std::int64_t>>() == want;
+  };
+  if (backend == "VARLEN") return is(j["cu_seqlens_q"], {0, 1, 5, 8}) && is(j["seqused_k"], {128, 4, 35});
+  if (backend == "CSR_PLAN") {
+    return j["num_decodes"] == 1 && j["num_decode_tokens"] == 1 && j["num_prefills"] == 2 &&
+           j["num_prefill_tokens"] == 7 && is(j["paged_kv_indptr"], {0, 8, 9, 12}) &&
+           is(j["paged_kv_indices"], {7, 2, 9, 4, 11, 6, 3, 10, 5, 1, 8, 12}) &&
+           is(j["paged_kv_last_page_len"], {16, 4, 3}) && is(j["prefill_plan"]["qo_indptr"], {0, 4, 7});
+  }
+  return true;
 }
 
 AttentionConfig config_of(const BatchRecord& r) {
@@ -118,7 +135,13 @@ void add_demo_command(CLI::App& app, int& exit_code) {
           printed_common = true;
         }
         std::cout << b.name() << " metadata:\n";
-        print_metadata(std::cout, *runner.forward_context().layer(0).metadata, 2);
+        const AttentionMetadata& md = *runner.forward_context().layer(0).metadata;
+        print_metadata(std::cout, md, 2);
+        const bool ok = check_backend(b.name(), md);
+        all_ok = all_ok && ok;
+        if (b.name() == "VARLEN" || b.name() == "CSR_PLAN") {
+          std::cout << "  worked example numbers: " << (ok ? "match SYSTEM.md" : "MISMATCH") << "\n";
+        }
       };
       ReplayResult result = replay_batch(record, options);
       std::cout << "  ran kernel " << result.variant << "; invariants V1-V9 hold\n";

@@ -24,9 +24,9 @@ struct Case {
     std::ostringstream os;
     os << "heads " << spec.num_q_heads << "/" << spec.num_kv_heads << " d " << spec.head_size << " B "
        << spec.block_size << " " << to_string(spec.layout) << " " << to_string(spec.dtype) << "/"
-       << to_string(spec.kv_cache_dtype) << " causal " << spec.causal << " window "
-       << params.sliding_window.value_or(0) << " cap " << params.soft_cap.value_or(0) << " sinks "
-       << params.sinks.size() << " alibi " << params.alibi_slopes.size() << " lse " << with_lse << " reqs";
+       << to_string(spec.kv_cache_dtype) << " causal " << spec.causal << " window " << params.sliding_window.value_or(0)
+       << " cap " << params.soft_cap.value_or(0) << " sinks " << params.sinks.size() << " alibi "
+       << params.alibi_slopes.size() << " lse " << with_lse << " reqs";
     for (std::size_t i = 0; i < spec.query_lens.size(); ++i) os << " " << spec.query_lens[i] << "/" << spec.seq_lens[i];
     return os.str();
   }
@@ -79,8 +79,10 @@ Case draw_case(std::mt19937& rng, const BackendCaps& caps, std::vector<int> bloc
   config.features = c.params.required_features();
   for (const CombinationRule& rule : caps.combination_rules) {
     if (!rule.violated(config)) continue;
-    if (!c.params.alibi_slopes.empty()) c.params.alibi_slopes.clear();
-    else c.params.sinks.clear();
+    if (!c.params.alibi_slopes.empty())
+      c.params.alibi_slopes.clear();
+    else
+      c.params.sinks.clear();
   }
   c.with_lse = coin(rng);
   return c;
@@ -145,19 +147,21 @@ void expect_covered(const std::map<std::string, int>& seen, const std::vector<st
 TEST(Conformance, VarlenMatchesDenseOnRandomMixedBatches) {
   const auto seen = run_sweep(backend_type_of<VarlenBackend>(), {16, 32}, 220, 1234);
   if (::testing::Test::HasFailure()) return;
-  expect_covered(seen, {"window", "window=1", "soft_cap", "sinks", "alibi", "mqa", "gqa", "lse", "non-causal",
-                        "dtype float16", "dtype bfloat16", "kv float16", "kv bfloat16", "kv fp8_e4m3",
-                        "layout fused_hnd", "head_size 64", "head_size 80", "head_size 96", "head_size 112",
-                        "head_size 128", "head_size 192", "head_size 256", "block_size 16", "block_size 32"});
+  expect_covered(
+      seen, {"window",        "window=1",      "soft_cap",         "sinks",         "alibi",          "mqa",
+             "gqa",           "lse",           "non-causal",       "dtype float16", "dtype bfloat16", "kv float16",
+             "kv bfloat16",   "kv fp8_e4m3",   "layout fused_hnd", "head_size 64",  "head_size 80",   "head_size 96",
+             "head_size 112", "head_size 128", "head_size 192",    "head_size 256", "block_size 16",  "block_size 32"});
 }
 
 TEST(Conformance, CsrPlanMatchesDenseOnRandomMixedBatches) {
   const auto seen = run_sweep(backend_type_of<CsrPlanBackend>(), {16, 32, 64}, 220, 4321);
   if (::testing::Test::HasFailure()) return;
-  expect_covered(seen, {"window", "window=1", "soft_cap", "sinks", "mqa", "gqa", "lse", "dtype float16",
-                        "dtype bfloat16", "kv float16", "kv bfloat16", "kv fp8_e4m3", "kv fp8_e5m2", "layout split_nhd",
-                        "layout split_hnd", "head_size 64", "head_size 128", "head_size 256", "block_size 16",
-                        "block_size 32", "block_size 64"});
+  expect_covered(
+      seen, {"window",        "window=1",         "soft_cap",         "sinks",        "mqa",           "gqa",
+             "lse",           "dtype float16",    "dtype bfloat16",   "kv float16",   "kv bfloat16",   "kv fp8_e4m3",
+             "kv fp8_e5m2",   "layout split_nhd", "layout split_hnd", "head_size 64", "head_size 128", "head_size 256",
+             "block_size 16", "block_size 32",    "block_size 64"});
 }
 
 }  // namespace

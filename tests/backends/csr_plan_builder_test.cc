@@ -64,8 +64,7 @@ TEST(CsrPlanBuilder, LastPageLenIsAFullPageNeverZero) {
   EXPECT_EQ(vec(md.paged_kv_indptr), (V32{0, 1, 3, 4, 6, 7, 11, 14}));  // n_i = 1,2,1,2,1,4,3
   EXPECT_EQ(vec(md.paged_kv_last_page_len), (V32{16, 16, 1, 1, 15, 16, 1}));
   // indices = the first n_i entries of each row.
-  EXPECT_EQ(vec(md.paged_kv_indices),
-            (V32{0, 100, 101, 200, 300, 301, 400, 500, 501, 502, 503, 600, 601, 602}));
+  EXPECT_EQ(vec(md.paged_kv_indices), (V32{0, 100, 101, 200, 300, 301, 400, 500, 501, 502, 503, 600, 601, 602}));
 }
 
 TEST(CsrPlanBuilder, LastPageLenWithLargePages) {
@@ -151,19 +150,21 @@ TEST(CsrPlanBuilder, UpdateBlockTableEqualsAFreshBuildWithTheNewTable) {
     testing::draw_mixed_lengths(rng, 6, true, spec);
     const testing::PagedBatch group_a = testing::make_paged_batch(rng, spec);
     // Another KV group: same lengths, its own page table and slots.
-    testing::PagedBatch group_b = testing::make_paged_batch(rng, spec);
-    group_b.row_stride = group_a.row_stride;
-    group_b.block_table.resize(group_a.block_table.size());
-    std::shuffle(group_b.block_table.begin(), group_b.block_table.end(), rng);
-    std::shuffle(group_b.slot_mapping.begin(), group_b.slot_mapping.end(), rng);
+    std::vector<std::int32_t> table_b(group_a.block_table);
+    for (auto& page : table_b) page = (page + 1) % group_a.num_blocks;  // every entry moved
+    std::vector<std::int64_t> slots_b(group_a.slot_mapping);
+    std::shuffle(slots_b.begin(), slots_b.end(), rng);
+    CommonAttentionMetadata common_b = group_a.common();
+    common_b.block_table.data = table_b.data();
+    common_b.slot_mapping = slots_b;
 
     const auto ctx = testing::builder_context_for(CsrPlanBackend::caps(), group_a);
     auto planner = CsrPlanBackend::make_builder(ctx);
     auto reuser = CsrPlanBackend::make_builder(ctx);
     auto fresh = CsrPlanBackend::make_builder(ctx);
     const auto& planned = planner->build(0, group_a.common());
-    const auto& reused = as_csr(reuser->update_block_table(planned, group_b.common()));
-    expect_same_plan(reused, as_csr(fresh->build(0, group_b.common())));
+    const auto& reused = as_csr(reuser->update_block_table(planned, common_b));
+    expect_same_plan(reused, as_csr(fresh->build(0, common_b)));
     EXPECT_NE(vec(reused.paged_kv_indices), vec(as_csr(planned).paged_kv_indices)) << "the new table was used";
     // The reused plan lives in the reusing builder's own buffers, not in the planner's.
     std::vector<GraphBuffer> own;
@@ -220,11 +221,10 @@ TEST(CsrPlanBuilder, BuffersKeepTheirAddressesAcrossSteps) {
     EXPECT_EQ(before[i].address, after[i].address) << before[i].name;
     EXPECT_EQ(before[i].bytes, after[i].bytes) << before[i].name;
   }
-  for (const void* p : {static_cast<const void*>(md.paged_kv_indptr.data()),
-                        static_cast<const void*>(md.paged_kv_indices.data()),
-                        static_cast<const void*>(md.paged_kv_last_page_len.data()),
-                        static_cast<const void*>(md.prefill.qo_indptr.data()),
-                        static_cast<const void*>(md.decode.qo_indptr.data())}) {
+  for (const void* p :
+       {static_cast<const void*>(md.paged_kv_indptr.data()), static_cast<const void*>(md.paged_kv_indices.data()),
+        static_cast<const void*>(md.paged_kv_last_page_len.data()),
+        static_cast<const void*>(md.prefill.qo_indptr.data()), static_cast<const void*>(md.decode.qo_indptr.data())}) {
     EXPECT_TRUE(inside(p, after));
   }
 }

@@ -40,8 +40,10 @@ void draw_mixed_lengths(std::mt19937& rng, int max_reqs, bool decodes_first, Bat
   std::vector<std::pair<int, int>> reqs;
   for (int i = 0; i < n; ++i) {
     switch (pick(rng, 0, 2)) {
-      case 0: reqs.push_back({1, pick(rng, 1, 70)}); break;  // decode
-      case 1: {                                                 // prefill
+      case 0:
+        reqs.push_back({1, pick(rng, 1, 70)});
+        break;   // decode
+      case 1: {  // prefill
         const int q = pick(rng, 1, 40);
         reqs.push_back({q, q});
         break;
@@ -117,10 +119,10 @@ PagedBatch make_paged_batch(std::mt19937& rng, const BatchSpec& spec) {
           store_float(b.kv.data, b.kv.k_index(page, j % bs, h) + c, b.kv.dtype, uniform(rng, -1, 1) / spec.k_scale);
           store_float(b.kv.data, b.kv.v_index(page, j % bs, h) + c, b.kv.dtype, uniform(rng, -1, 1) / spec.v_scale);
           const std::size_t at = (sz(j) * sz(nkv) + sz(h)) * sz(d) + sz(c);
-          keys[at] = static_cast<double>(load_float(b.kv.data, b.kv.k_index(page, j % bs, h) + c, b.kv.dtype)) *
-                     spec.k_scale;
-          values[at] = static_cast<double>(load_float(b.kv.data, b.kv.v_index(page, j % bs, h) + c, b.kv.dtype)) *
-                       spec.v_scale;
+          keys[at] =
+              static_cast<double>(load_float(b.kv.data, b.kv.k_index(page, j % bs, h) + c, b.kv.dtype)) * spec.k_scale;
+          values[at] =
+              static_cast<double>(load_float(b.kv.data, b.kv.v_index(page, j % bs, h) + c, b.kv.dtype)) * spec.v_scale;
         }
       }
     }

@@ -55,8 +55,9 @@ TEST(VarlenBuilder, UpdateBlockTableEqualsAFreshBuildWithTheNewTable) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 8; ++trial) {
     const testing::PagedBatch group_a = random_batch(rng);
+    // Another KV group: same lengths, other pages (every entry moved), other slots.
     V32 table_b(group_a.block_table);
-    std::shuffle(table_b.begin(), table_b.end(), rng);
+    for (auto& page : table_b) page = (page + 1) % group_a.num_blocks;
     std::vector<std::int64_t> slots_b(group_a.slot_mapping);
     std::shuffle(slots_b.begin(), slots_b.end(), rng);
     CommonAttentionMetadata common_b = group_a.common();

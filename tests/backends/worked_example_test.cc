@@ -2,7 +2,10 @@
 // run it against the dense reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
@@ -22,9 +25,9 @@ struct WorkedExample {
   V32 query_start_loc{0, 1, 5, 8};
   V32 seq_lens{128, 4, 35};
   static constexpr int kRowStride = 8;
-  V32 block_table{7, 2, 9, 4, 11, 6, 3, 10,  //
+  V32 block_table{7, 2,  9,  4,  11, 6,  3,  10,  //
                   5, -1, -1, -1, -1, -1, -1, -1,  //
-                  1, 8, 12, -1, -1, -1, -1, -1};
+                  1, 8,  12, -1, -1, -1, -1, -1};
   std::vector<std::int64_t> slot_mapping{175, 80, 81, 82, 83, 192, 193, 194};
 
   CommonAttentionMetadata common() const {
@@ -97,6 +100,52 @@ TEST(WorkedExample, CsrPlanBuilderGivesSplitAndPageTable) {
   EXPECT_EQ(vec(md.prefill.seq_lens), (V32{4, 35}));
   EXPECT_EQ(md.page_size, 16);
   EXPECT_EQ(md.prefill.page_size, 16);
+}
+
+// Records the names a metadata object prints, with the values of its int32 arrays.
+class RecordingVisitor final : public FieldVisitor {
+ public:
+  std::map<std::string, V32> arrays;
+  std::vector<std::string> names;
+  void scalar(std::string_view name, std::int64_t) override { names.emplace_back(name); }
+  void flag(std::string_view name, bool) override { names.emplace_back(name); }
+  void text(std::string_view name, std::string_view) override { names.emplace_back(name); }
+  void array(std::string_view name, std::span<const std::int32_t> v) override {
+    names.emplace_back(name);
+    arrays[prefix_ + std::string(name)] = vec(v);
+  }
+  void array(std::string_view name, std::span<const std::int64_t>) override { names.emplace_back(name); }
+  void begin_object(std::string_view name) override {
+    names.emplace_back(name);
+    prefix_ = std::string(name) + ".";
+  }
+  void end_object() override { prefix_.clear(); }
+  bool has(const std::string& n) const { return std::find(names.begin(), names.end(), n) != names.end(); }
+
+ private:
+  std::string prefix_;
+};
+
+TEST(WorkedExample, MetadataPrintsEveryField) {
+  const WorkedExample ex;
+  auto varlen = VarlenBackend::make_builder(context_for(VarlenBackend::caps()));
+  RecordingVisitor v;
+  varlen->build(0, ex.common()).visit(v);
+  for (const char* n : {"cu_seqlens_q", "seqused_k", "block_table", "max_query_len", "max_seq_len", "num_actual_tokens",
+                        "causal", "slot_mapping"}) {
+    EXPECT_TRUE(v.has(n)) << n;
+  }
+  EXPECT_EQ(v.arrays["cu_seqlens_q"], (V32{0, 1, 5, 8}));
+
+  auto csr = CsrPlanBackend::make_builder(context_for(CsrPlanBackend::caps()));
+  RecordingVisitor c;
+  csr->build(0, ex.common()).visit(c);
+  for (const char* n : {"num_decodes", "num_decode_tokens", "num_prefills", "num_prefill_tokens", "paged_kv_indptr",
+                        "paged_kv_indices", "paged_kv_last_page_len", "decode_plan", "prefill_plan", "qo_indptr"}) {
+    EXPECT_TRUE(c.has(n)) << n;
+  }
+  EXPECT_EQ(c.arrays["prefill_plan.qo_indptr"], (V32{0, 4, 7}));
+  EXPECT_EQ(c.arrays["paged_kv_last_page_len"], (V32{16, 4, 3}));
 }
 
 // The example's shape (decode 1/128, prefill 4/4, extend 3/35; random physical pages behind it)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -223,6 +224,8 @@ TEST_F(BadBatchRecord, IllTypedFields) {
   EXPECT_EQ(load_error().field(), "requests[0].blocks[3]");
   edit_json([](Json& j) { j["requests"][0]["blocks"][3] = 4; j["head_size"] = 4294967304LL; });
   EXPECT_EQ(load_error().field(), "head_size") << "2^32 + 8 must not wrap to 8";
+  edit_json([](Json& j) { j["head_size"] = std::numeric_limits<std::int64_t>::min(); });
+  EXPECT_EQ(load_error().field(), "head_size");
   edit_json([](Json& j) { j["head_size"] = 8; j["requests"][1] = 4; });
   EXPECT_EQ(load_error().field(), "requests[1]");
 }

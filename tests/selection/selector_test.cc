@@ -217,12 +217,15 @@ TEST(SelectorCache, KvCacheDtypeIsPartOfTheKey) {
 TEST(SelectorCache, BlockSizeIsPartOfTheKey) {
   Selector selector(fake_registry());
   AttentionConfig other = exact_config();
-  other.block_size = 48;
+  // 24 tokens per KV block: no kernel page of EXACT ({16, 32}) or WIDE (multiple of 16) divides
+  // it. A cache keyed without block_size would wrongly hand back EXACT.
+  other.block_size = 24;
   const Selection& a = selector.select(exact_config(), std::nullopt);
+  EXPECT_EQ(a.backend->name(), "EXACT");
+  EXPECT_THROW(selector.select(other, std::nullopt), SelectionError);
+  other.block_size = 64;  // divisible by 16 and 32: valid, but its own entry
   const Selection& b = selector.select(other, std::nullopt);
   EXPECT_NE(&a, &b);
-  EXPECT_EQ(a.backend->name(), "EXACT");
-  EXPECT_EQ(b.backend->name(), "WIDE");
   EXPECT_EQ(selector.cache_hits(), 0u);
 }
 

@@ -116,7 +116,7 @@ TEST(SupportMatrix, PrintsTheSupportedSetsValidateReports) {
   auto rows = parse_table(support_matrix_markdown(fake_registry()));
   AttentionConfig c = testing::exact_config();
   c.head_size = 72;
-  c.block_size = 48;
+  c.block_size = 24;
   const std::vector<Reason> reasons = validate(testing::FakeExactBackend::caps(), c);
   ASSERT_EQ(reasons.size(), 2u);
   EXPECT_EQ(rows.at("EXACT").at("head sizes"), reasons[0].supported);

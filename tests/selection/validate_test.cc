@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
                             "kv_cache_dtype", "fp8_e4m3", "{float16}"},
         SingleParameterCase{"head_size", [](AttentionConfig& c) { c.head_size = 72; }, "head_size", "72",
                             "{64, 128}"},
-        SingleParameterCase{"block_size", [](AttentionConfig& c) { c.block_size = 48; }, "block_size", "48",
+        SingleParameterCase{"block_size", [](AttentionConfig& c) { c.block_size = 40; }, "block_size", "40",
                             "{16, 32}"},
         SingleParameterCase{"kv_layout", [](AttentionConfig& c) { c.kv_layout = KVLayout::kSplitHND; },
                             "kv_layout", "split_hnd", "{fused_hnd}"},
@@ -199,7 +199,7 @@ TEST(ValidateCombination, PairThatFailsOnlyTogether) {
 TEST(Validate, ReturnsEveryReasonAtOnce) {
   AttentionConfig c = exact_config();
   c.head_size = 72;
-  c.block_size = 48;
+  c.block_size = 24;
   c.features.add(Feature::kSoftCap);
   const std::vector<Reason> reasons = validate(exact(), c);
   ASSERT_EQ(reasons.size(), 3u);

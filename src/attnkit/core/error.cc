@@ -18,9 +18,5 @@ Error::Error(std::string field, std::string value, std::string allowed, std::str
       value_(std::move(value)),
       allowed_(std::move(allowed)) {}
 
-void require(bool condition, const std::string& field, const std::string& value, const std::string& allowed,
-             const std::string& detail) {
-  if (!condition) throw Error(field, value, allowed, detail);
-}
 
 }  // namespace attnkit

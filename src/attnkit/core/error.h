@@ -18,8 +18,12 @@ class Error : public std::runtime_error {
   std::string field_, value_, allowed_;
 };
 
-// Throws Error unless `condition` holds.
-void require(bool condition, const std::string& field, const std::string& value, const std::string& allowed,
-             const std::string& detail = {});
+// Throws Error(field, value, allowed[, detail]) unless `condition` holds. A macro so that the
+// message arguments (std::to_string, concatenations) are evaluated only on failure: checks on the
+// per-step path then cost a compare, never an allocation.
+#define ATTNKIT_REQUIRE(condition, ...)                                  \
+  do {                                                                   \
+    if (!(condition)) [[unlikely]] throw ::attnkit::Error(__VA_ARGS__);  \
+  } while (false)
 
 }  // namespace attnkit

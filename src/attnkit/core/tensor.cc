@@ -52,6 +52,19 @@ HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> dims) : dims_(std:
   view_ = TensorView::contiguous(storage_.data(), dtype, dims_);
 }
 
+HostTensor::HostTensor(const HostTensor& other)
+    : dims_(other.dims_), storage_(other.storage_), view_(other.view_) {
+  view_.data = storage_.empty() ? other.view_.data : storage_.data();
+}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  if (this != &other) {
+    HostTensor copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
 void HostTensor::fill(float value) {
   const std::int64_t n = view_.numel();
   for (std::int64_t i = 0; i < n; ++i) store_float(view_.data, i, view_.dtype, value);

@@ -50,6 +50,11 @@ class HostTensor {
  public:
   HostTensor() = default;
   HostTensor(DType dtype, std::vector<std::int64_t> dims);
+  // Copies own their storage: the view is re-pointed at the copy, never left on the source.
+  HostTensor(const HostTensor& other);
+  HostTensor& operator=(const HostTensor& other);
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
   const TensorView& view() const { return view_; }
   TensorView& view() { return view_; }
   operator const TensorView&() const { return view_; }  // NOLINT: views are the currency

@@ -192,12 +192,15 @@ class Checker {
     }
     for (const auto& a : s_.reordered) {
       for (std::size_t i = 0; i < order.size(); ++i) {
-        for (std::int32_t c = 0; c < a.row_width; ++c) {
+        const std::int32_t width =
+            a.page_tokens > 0 ? std::min(a.row_width, (s_.common.seq_lens_cpu[i] + a.page_tokens - 1) / a.page_tokens)
+                              : a.row_width;
+        for (std::int32_t c = 0; c < width; ++c) {
           const auto src = static_cast<std::size_t>(order[i]) * static_cast<std::size_t>(a.original_stride) + static_cast<std::size_t>(c);
           const auto dst = i * static_cast<std::size_t>(a.reordered_stride) + static_cast<std::size_t>(c);
           if (a.original[src] != a.reordered[dst]) {
             fail(7, std::string(a.name) + ": row " + std::to_string(i) + " was not moved by the batch permutation");
-            c = a.row_width;
+            c = width;
             i = order.size();
           }
         }
@@ -267,8 +270,9 @@ StepSnapshot snapshot_of(const ModelRunner& runner) {
     const auto& in = step.block_tables[gi];
     const auto& g = groups[gi];
     s.reordered.push_back({"block_table", in.data, {g.manager_rows.data(), g.manager_rows.size()},
-                           std::min(in.row_stride, g.max_manager_blocks_per_req), in.row_stride,
-                           g.max_manager_blocks_per_req});
+                           g.geometry.spec.is_attention() ? std::min(in.row_stride, g.max_manager_blocks_per_req) : 1,
+                           in.row_stride, g.max_manager_blocks_per_req,
+                           g.geometry.spec.is_attention() ? g.geometry.spec.block_size : 0});
   }
   s.captured_buffers = runner.captured_buffers();
   runner.graph_buffers(s.current_buffers);

@@ -39,9 +39,12 @@ struct ReorderedArray {
   std::string_view name;
   std::span<const std::int32_t> original;
   std::span<const std::int32_t> reordered;
-  std::int32_t row_width = 1;  // block tables: entries compared per row (the narrower of the two strides)
+  std::int32_t row_width = 1;  // block tables: at most this many entries compared per row
   std::int32_t original_stride = 1;
   std::int32_t reordered_stride = 1;
+  // Block tables: only the pages holding a request's tokens are valid (the rest of a row is never
+  // copied), so row i compares ceil(seq_len_cpu / page_tokens) entries. 0 = compare row_width.
+  std::int32_t page_tokens = 0;
 };
 
 struct StepSnapshot {

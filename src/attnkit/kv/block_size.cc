@@ -29,18 +29,18 @@ std::string describe_backend_block_sizes(std::span<const BackendCaps* const> bac
 
 int common_kernel_block_size(int manager_block_size, std::span<const BackendCaps* const> backends,
                              std::optional<int> forced) {
-  require(manager_block_size > 0, "manager_block_size", std::to_string(manager_block_size), "> 0");
+  ATTNKIT_REQUIRE(manager_block_size > 0, "manager_block_size", std::to_string(manager_block_size), "> 0");
   for (const BackendCaps* caps : backends) {
-    require(caps != nullptr, "backends", "null", "capability declarations", "a backend entry is null");
+    ATTNKIT_REQUIRE(caps != nullptr, "backends", "null", "capability declarations", "a backend entry is null");
   }
   const std::string context = "manager block size " + std::to_string(manager_block_size) +
                               "; backends: " + describe_backend_block_sizes(backends);
   if (forced) {
     const int b = *forced;
-    require(b > 0 && manager_block_size % b == 0, "kernel_block_size", std::to_string(b),
+    ATTNKIT_REQUIRE(b > 0 && manager_block_size % b == 0, "kernel_block_size", std::to_string(b),
             "a divisor of the manager block size " + std::to_string(manager_block_size),
             "the forced kernel block size must divide the manager block (" + context + ")");
-    require(accepted_by_all(b, backends), "kernel_block_size", std::to_string(b),
+    ATTNKIT_REQUIRE(accepted_by_all(b, backends), "kernel_block_size", std::to_string(b),
             describe_backend_block_sizes(backends),
             "the forced kernel block size is not accepted by every backend of the group (" + context + ")");
     return b;
@@ -57,8 +57,8 @@ int common_kernel_block_size(int manager_block_size, std::span<const BackendCaps
 void expand_block_row(std::span<const std::int32_t> manager_blocks, int blocks_per_manager_block,
                       std::span<std::int32_t> out) {
   const int k = blocks_per_manager_block;
-  require(k > 0, "blocks_per_manager_block", std::to_string(k), "> 0");
-  require(out.size() >= manager_blocks.size() * static_cast<std::size_t>(k), "block_row", std::to_string(out.size()),
+  ATTNKIT_REQUIRE(k > 0, "blocks_per_manager_block", std::to_string(k), "> 0");
+  ATTNKIT_REQUIRE(out.size() >= manager_blocks.size() * static_cast<std::size_t>(k), "block_row", std::to_string(out.size()),
           ">= " + std::to_string(manager_blocks.size() * static_cast<std::size_t>(k)),
           "the output row cannot hold every kernel block");
   std::size_t j = 0;

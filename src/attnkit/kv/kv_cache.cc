@@ -13,22 +13,22 @@ namespace {
 // Start-up checks: the geometry must describe storage the negotiated view can cover exactly.
 void check_geometry(const KVGroupGeometry& g) {
   const KVCacheSpec& spec = g.spec;
-  require(g.num_manager_blocks > 0, "num_manager_blocks", std::to_string(g.num_manager_blocks), "> 0");
-  require(spec.num_kv_heads > 0, "num_kv_heads", std::to_string(spec.num_kv_heads), "> 0");
-  require(spec.head_size > 0, "head_size", std::to_string(spec.head_size), "> 0");
+  ATTNKIT_REQUIRE(g.num_manager_blocks > 0, "num_manager_blocks", std::to_string(g.num_manager_blocks), "> 0");
+  ATTNKIT_REQUIRE(spec.num_kv_heads > 0, "num_kv_heads", std::to_string(spec.num_kv_heads), "> 0");
+  ATTNKIT_REQUIRE(spec.head_size > 0, "head_size", std::to_string(spec.head_size), "> 0");
   if (!spec.is_attention()) return;
-  require(spec.block_size > 0, "block_size", std::to_string(spec.block_size), "> 0");
-  require(g.kernel_block_size > 0 && spec.block_size % g.kernel_block_size == 0, "kernel_block_size",
+  ATTNKIT_REQUIRE(spec.block_size > 0, "block_size", std::to_string(spec.block_size), "> 0");
+  ATTNKIT_REQUIRE(g.kernel_block_size > 0 && spec.block_size % g.kernel_block_size == 0, "kernel_block_size",
           std::to_string(g.kernel_block_size),
           "a divisor of the manager block size " + std::to_string(spec.block_size));
   // A spec that forces a layout or page size must get it: a producer and a consumer must never
   // disagree about the tensor they share (K4).
   if (spec.forced_layout) {
-    require(*spec.forced_layout == g.layout, "kv_layout", std::string(to_string(g.layout)),
+    ATTNKIT_REQUIRE(*spec.forced_layout == g.layout, "kv_layout", std::string(to_string(g.layout)),
             std::string(to_string(*spec.forced_layout)), "the layer's KV spec forces this layout");
   }
   if (spec.forced_kernel_block_size) {
-    require(*spec.forced_kernel_block_size == g.kernel_block_size, "kernel_block_size",
+    ATTNKIT_REQUIRE(*spec.forced_kernel_block_size == g.kernel_block_size, "kernel_block_size",
             std::to_string(g.kernel_block_size), std::to_string(*spec.forced_kernel_block_size),
             "the layer's KV spec forces this kernel block size");
   }
@@ -37,10 +37,10 @@ void check_geometry(const KVGroupGeometry& g) {
 // K8: only fp8 caches are scaled; the same rule kv_cache_update enforces, caught at start-up.
 void check_scale(float scale, const char* field, DType dtype) {
   if (is_fp8(dtype)) {
-    require(scale > 0.0f && std::isfinite(scale), field, std::to_string(scale), "a positive finite scale",
+    ATTNKIT_REQUIRE(scale > 0.0f && std::isfinite(scale), field, std::to_string(scale), "a positive finite scale",
             "fp8 KV cache");
   } else {
-    require(scale == 1.0f, field, std::to_string(scale), "1",
+    ATTNKIT_REQUIRE(scale == 1.0f, field, std::to_string(scale), "1",
             std::string(to_string(dtype)) + " KV caches are not scaled");
   }
 }
@@ -66,7 +66,7 @@ KVCacheStorage::~KVCacheStorage() {
 KVCacheView KVCacheStorage::allocate_layer(const std::string& layer_name, const KVGroupGeometry& geometry,
                                            float k_scale, float v_scale, float poison) {
   for (const Binding& b : bindings_) {
-    require(b.layer_name != layer_name, "layer_name", layer_name, "a name not yet bound",
+    ATTNKIT_REQUIRE(b.layer_name != layer_name, "layer_name", layer_name, "a name not yet bound",
             "a KV cache is already bound to this layer");
   }
   check_geometry(geometry);

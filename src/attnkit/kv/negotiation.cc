@@ -28,7 +28,7 @@ std::string describe_backend_layouts(std::span<const BackendCaps* const> backend
 
 KVLayout negotiate_kv_layout(std::span<const BackendCaps* const> backends, std::optional<KVLayout> forced) {
   for (const BackendCaps* caps : backends) {
-    require(caps != nullptr, "backends", "null", "capability declarations", "a backend entry is null");
+    ATTNKIT_REQUIRE(caps != nullptr, "backends", "null", "capability declarations", "a backend entry is null");
   }
   std::vector<KVLayout> common;
   for (KVLayout layout : kAllKVLayouts) {
@@ -41,7 +41,7 @@ KVLayout negotiate_kv_layout(std::span<const BackendCaps* const> backends, std::
                 "the backends of this KV group share no layout (" + describe_backend_layouts(backends) + ")");
   }
   if (forced) {
-    require(
+    ATTNKIT_REQUIRE(
         std::find(common.begin(), common.end(), *forced) != common.end(), "kv_layout", std::string(to_string(*forced)),
         describe_layouts(common),
         "the KV spec forces a layout outside the backends' intersection (" + describe_backend_layouts(backends) + ")");

@@ -21,12 +21,12 @@ CommonMetadataBuilder::CommonMetadataBuilder(MemoryResource& memory, std::int32_
 const CommonAttentionMetadata& CommonMetadataBuilder::build(const StepInput& step, const BatchReorder& reorder,
                                                             bool causal) {
   const std::int32_t n = step.num_reqs();
-  require(n <= max_num_reqs_, "num_reqs", std::to_string(n), "<= max_num_reqs " + std::to_string(max_num_reqs_));
-  require(step.request_ids.size() == static_cast<std::size_t>(n) &&
+  ATTNKIT_REQUIRE(n <= max_num_reqs_, "num_reqs", std::to_string(n), "<= max_num_reqs " + std::to_string(max_num_reqs_));
+  ATTNKIT_REQUIRE(step.request_ids.size() == static_cast<std::size_t>(n) &&
               step.num_computed_tokens.size() == static_cast<std::size_t>(n),
           "step arrays", "request_ids/num_computed_tokens sizes differ from query_lens", "equal sizes");
   const bool exact = step.cpu_num_computed_tokens.empty();
-  require(exact || step.cpu_num_computed_tokens.size() == static_cast<std::size_t>(n), "cpu_num_computed_tokens",
+  ATTNKIT_REQUIRE(exact || step.cpu_num_computed_tokens.size() == static_cast<std::size_t>(n), "cpu_num_computed_tokens",
           std::to_string(step.cpu_num_computed_tokens.size()), "empty or num_reqs");
   const auto sz = static_cast<std::size_t>(n);
   reorder.apply(step.query_lens, std::span<std::int32_t>(query_lens_.data(), sz));
@@ -38,8 +38,8 @@ const CommonAttentionMetadata& CommonMetadataBuilder::build(const StepInput& ste
   std::int32_t tokens = 0, max_q = 0, max_s = 0;
   query_start_loc_cpu_[0] = 0;
   for (std::size_t i = 0; i < sz; ++i) {
-    require(query_lens_[i] >= 1, "query_lens", std::to_string(query_lens_[i]), ">= 1");
-    require(computed_[i] >= 0 && cpu_computed_[i] >= computed_[i], "num_computed_tokens",
+    ATTNKIT_REQUIRE(query_lens_[i] >= 1, "query_lens", std::to_string(query_lens_[i]), ">= 1");
+    ATTNKIT_REQUIRE(computed_[i] >= 0 && cpu_computed_[i] >= computed_[i], "num_computed_tokens",
             std::to_string(computed_[i]), ">= 0 and <= the host's upper bound");
     tokens += query_lens_[i];
     query_start_loc_cpu_[i + 1] = tokens;

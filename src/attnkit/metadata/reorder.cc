@@ -8,7 +8,7 @@ BatchReorder::BatchReorder(std::int32_t max_num_reqs) : order_(static_cast<std::
 
 void BatchReorder::plan(std::span<const std::int32_t> query_lens, std::optional<int> threshold) {
   num_reqs_ = static_cast<std::int32_t>(query_lens.size());
-  require(query_lens.size() <= order_.size(), "num_reqs", std::to_string(query_lens.size()),
+  ATTNKIT_REQUIRE(query_lens.size() <= order_.size(), "num_reqs", std::to_string(query_lens.size()),
           "<= max_num_reqs " + std::to_string(order_.size()));
   std::size_t next = 0;
   if (threshold) {
@@ -27,7 +27,7 @@ void BatchReorder::plan(std::span<const std::int32_t> query_lens, std::optional<
 
 void BatchReorder::apply_rows(const ManagerBlockTable& in, std::span<std::int32_t> out) const {
   const auto stride = static_cast<std::size_t>(in.row_stride);
-  require(out.size() >= stride * static_cast<std::size_t>(num_reqs_), "block table capacity",
+  ATTNKIT_REQUIRE(out.size() >= stride * static_cast<std::size_t>(num_reqs_), "block table capacity",
           std::to_string(out.size()), ">= " + std::to_string(stride * static_cast<std::size_t>(num_reqs_)));
   for (std::int32_t i = 0; i < num_reqs_; ++i) {
     const auto src = in.row(order_[static_cast<std::size_t>(i)]);
@@ -37,7 +37,7 @@ void BatchReorder::apply_rows(const ManagerBlockTable& in, std::span<std::int32_
 
 void BatchReorder::move_tokens(const TensorView& from, const TensorView& to, std::span<const std::int32_t> old_qsl,
                                bool to_new_order) const {
-  require(from.dtype == to.dtype && from.ndim == to.ndim && from.numel() == to.numel(), "token tensor",
+  ATTNKIT_REQUIRE(from.dtype == to.dtype && from.ndim == to.ndim && from.numel() == to.numel(), "token tensor",
           from.shape_string() + " -> " + to.shape_string(), "same dtype and shape");
   // Both views are dense rows along dim 0 (TensorView::contiguous); a row is stride[0] elements.
   const std::size_t row_bytes = static_cast<std::size_t>(from.stride[0]) * size_of(from.dtype);

@@ -26,7 +26,7 @@ class BatchReorder {
 
   template <class T>
   void apply(std::span<const T> in, std::span<T> out) const {
-    require(in.size() == static_cast<std::size_t>(num_reqs_) && out.size() >= in.size(), "per-request array size",
+    ATTNKIT_REQUIRE(in.size() == static_cast<std::size_t>(num_reqs_) && out.size() >= in.size(), "per-request array size",
             std::to_string(in.size()), std::to_string(num_reqs_));
     for (std::int32_t i = 0; i < num_reqs_; ++i) out[static_cast<std::size_t>(i)] = in[static_cast<std::size_t>(order_[static_cast<std::size_t>(i)])];
   }

@@ -46,7 +46,8 @@ const Json& member(const Json& object, const char* key, const std::string& field
 std::int32_t as_int(const Json& value, const std::string& field) {
   if (!value.is_number_integer()) throw Error(field, brief(value), "an integer");
   const bool fits = value.is_number_unsigned() ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(kInt32Max)
-                                                : std::llabs(value.get<std::int64_t>()) <= kInt32Max;
+                                                : value.get<std::int64_t>() >= -kInt32Max - 1 &&
+                                                      value.get<std::int64_t>() <= kInt32Max;
   if (!fits) throw Error(field, brief(value), "a 32-bit integer");
   return static_cast<std::int32_t>(value.get<std::int64_t>());
 }
@@ -72,7 +73,7 @@ DType as_dtype(const Json& value, const std::string& field, const std::vector<DT
   for (DType d : allowed) {
     if (text == to_string(d)) return d;
   }
-  throw Error(field, "\"" + text + "\"", names, "unknown dtype name");
+  throw Error(field, brief(value), names, "not a dtype name this field accepts");
 }
 
 std::vector<float> as_float_array(const Json& value, const std::string& field) {
@@ -188,53 +189,53 @@ nlohmann::ordered_json to_json(const BatchRecord& record) {
 // --- validation: each check names the field, the value and the allowed set ----------------------
 
 void validate_config(const BatchRecord& record) {
-  require(record.page_size >= 1, "page_size", std::to_string(record.page_size), ">= 1");
-  require(record.num_q_heads >= 1, "num_q_heads", std::to_string(record.num_q_heads), ">= 1");
-  require(record.num_kv_heads >= 1, "num_kv_heads", std::to_string(record.num_kv_heads), ">= 1");
-  require(record.num_q_heads % record.num_kv_heads == 0, "num_q_heads", std::to_string(record.num_q_heads),
+  ATTNKIT_REQUIRE(record.page_size >= 1, "page_size", std::to_string(record.page_size), ">= 1");
+  ATTNKIT_REQUIRE(record.num_q_heads >= 1, "num_q_heads", std::to_string(record.num_q_heads), ">= 1");
+  ATTNKIT_REQUIRE(record.num_kv_heads >= 1, "num_kv_heads", std::to_string(record.num_kv_heads), ">= 1");
+  ATTNKIT_REQUIRE(record.num_q_heads % record.num_kv_heads == 0, "num_q_heads", std::to_string(record.num_q_heads),
           "a multiple of num_kv_heads (" + std::to_string(record.num_kv_heads) + ")");
-  require(record.head_size >= 1, "head_size", std::to_string(record.head_size), ">= 1");
-  require(record.dtype == DType::kFloat32 || record.dtype == DType::kFloat16 || record.dtype == DType::kBFloat16,
+  ATTNKIT_REQUIRE(record.head_size >= 1, "head_size", std::to_string(record.head_size), ">= 1");
+  ATTNKIT_REQUIRE(record.dtype == DType::kFloat32 || record.dtype == DType::kFloat16 || record.dtype == DType::kBFloat16,
           "dtype", std::string(to_string(record.dtype)), "float32, float16, bfloat16");
   if (record.sliding_window)
-    require(*record.sliding_window >= 1, "sliding_window", std::to_string(*record.sliding_window), "null or >= 1");
+    ATTNKIT_REQUIRE(*record.sliding_window >= 1, "sliding_window", std::to_string(*record.sliding_window), "null or >= 1");
   if (record.soft_cap)
-    require(std::isfinite(*record.soft_cap) && *record.soft_cap > 0, "soft_cap", std::to_string(*record.soft_cap),
+    ATTNKIT_REQUIRE(std::isfinite(*record.soft_cap) && *record.soft_cap > 0, "soft_cap", std::to_string(*record.soft_cap),
             "null or a finite number > 0");
   if (record.scale)
-    require(std::isfinite(*record.scale) && *record.scale > 0, "scale", std::to_string(*record.scale),
+    ATTNKIT_REQUIRE(std::isfinite(*record.scale) && *record.scale > 0, "scale", std::to_string(*record.scale),
             "null or a finite number > 0");
   // A scale on a non-fp8 cache would mean the producer and this record disagree on what the cache holds.
   const std::string scale_allowed = is_fp8(record.kv_dtype) ? "a finite number > 0" : "1 (kv_dtype is not fp8)";
   for (auto [name, value] : {std::pair{"k_scale", record.k_scale}, std::pair{"v_scale", record.v_scale}}) {
     const bool ok = is_fp8(record.kv_dtype) ? std::isfinite(value) && value > 0 : value == 1.0f;
-    require(ok, name, std::to_string(value), scale_allowed);
+    ATTNKIT_REQUIRE(ok, name, std::to_string(value), scale_allowed);
   }
   for (auto [name, values] : {std::pair{"sinks", &record.sinks}, std::pair{"alibi_slopes", &record.alibi_slopes}}) {
-    require(values->empty() || values->size() == static_cast<std::size_t>(record.num_q_heads), name,
+    ATTNKIT_REQUIRE(values->empty() || values->size() == static_cast<std::size_t>(record.num_q_heads), name,
             std::to_string(values->size()) + " values", "absent or num_q_heads (" + std::to_string(record.num_q_heads) + ") values");
     for (std::size_t h = 0; h < values->size(); ++h)
-      require(std::isfinite((*values)[h]), std::string(name) + "[" + std::to_string(h) + "]",
+      ATTNKIT_REQUIRE(std::isfinite((*values)[h]), std::string(name) + "[" + std::to_string(h) + "]",
               std::to_string((*values)[h]), "a finite number");
   }
 }
 
 // Lengths, block counts and block ownership; block ids against the cache come later.
 void validate_requests(const BatchRecord& record) {
-  require(!record.requests.empty(), "requests", "[]", "at least one request");
+  ATTNKIT_REQUIRE(!record.requests.empty(), "requests", "[]", "at least one request");
   std::int64_t tokens = 0;
   // block id -> (request, position in its row): a page owned twice would be written twice.
   std::unordered_map<std::int32_t, std::pair<std::size_t, std::size_t>> owner;
   for (std::size_t r = 0; r < record.requests.size(); ++r) {
     const RecordedRequest& request = record.requests[r];
-    require(request.query_len >= 1, request_field(r, "query_len"), std::to_string(request.query_len), ">= 1");
-    require(request.seq_len >= request.query_len, request_field(r, "seq_len"), std::to_string(request.seq_len),
+    ATTNKIT_REQUIRE(request.query_len >= 1, request_field(r, "query_len"), std::to_string(request.query_len), ">= 1");
+    ATTNKIT_REQUIRE(request.seq_len >= request.query_len, request_field(r, "seq_len"), std::to_string(request.seq_len),
             ">= query_len (" + std::to_string(request.query_len) + ")", "lengths inconsistent");
     tokens += request.query_len;
-    require(tokens <= kInt32Max, request_field(r, "query_len"), std::to_string(request.query_len),
+    ATTNKIT_REQUIRE(tokens <= kInt32Max, request_field(r, "query_len"), std::to_string(request.query_len),
             "a total token count that fits in 32 bits");
     const std::int64_t needed = (static_cast<std::int64_t>(request.seq_len) + record.page_size - 1) / record.page_size;
-    require(static_cast<std::int64_t>(request.blocks.size()) >= needed, request_field(r, "blocks"),
+    ATTNKIT_REQUIRE(static_cast<std::int64_t>(request.blocks.size()) >= needed, request_field(r, "blocks"),
             std::to_string(request.blocks.size()) + " blocks", ">= ceil(seq_len / page_size) = " + std::to_string(needed),
             "too few blocks for seq_len " + std::to_string(request.seq_len));
     for (std::size_t j = 0; j < request.blocks.size(); ++j) {
@@ -274,8 +275,8 @@ void validate_cache_shapes(const BatchRecord& record, const std::vector<std::int
                            const std::vector<std::int64_t>& v_cache) {
   validate_shape("k_cache.npy", k_cache, {-1, record.page_size, record.num_kv_heads, record.head_size},
                  "[num_blocks, page_size, num_kv_heads, head_size]");
-  require(k_cache[0] <= kInt32Max, "k_cache.npy", shape_to_string(k_cache), "at most 2^31-1 blocks");
-  require(v_cache == k_cache, "v_cache.npy", shape_to_string(v_cache), shape_to_string(k_cache),
+  ATTNKIT_REQUIRE(k_cache[0] <= kInt32Max, "k_cache.npy", shape_to_string(k_cache), "at most 2^31-1 blocks");
+  ATTNKIT_REQUIRE(v_cache == k_cache, "v_cache.npy", shape_to_string(v_cache), shape_to_string(k_cache),
           "k_cache.npy and v_cache.npy must have the same shape");
 }
 
@@ -284,7 +285,7 @@ void validate_block_ids(const BatchRecord& record) {
   for (std::size_t r = 0; r < record.requests.size(); ++r) {
     const auto& blocks = record.requests[r].blocks;
     for (std::size_t j = 0; j < blocks.size(); ++j)
-      require(blocks[j] >= 0 && blocks[j] < num_blocks, request_field(r, "blocks") + "[" + std::to_string(j) + "]",
+      ATTNKIT_REQUIRE(blocks[j] >= 0 && blocks[j] < num_blocks, request_field(r, "blocks") + "[" + std::to_string(j) + "]",
               std::to_string(blocks[j]), "[0, " + std::to_string(num_blocks) + ")",
               "k_cache.npy holds " + std::to_string(num_blocks) + " blocks");
   }
@@ -395,12 +396,12 @@ void save_batch_record(const std::string& dir, const BatchRecord& record) {
   validate_batch_record(record);  // never write a record that would not load
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  require(!ec, "dir", dir, "a creatable directory", ec.message());
+  ATTNKIT_REQUIRE(!ec, "dir", dir, "a creatable directory", ec.message());
   {
     std::ofstream out(file_in(dir, "batch.json"), std::ios::trunc);
-    require(static_cast<bool>(out), "batch.json", file_in(dir, "batch.json"), "a writable path");
+    ATTNKIT_REQUIRE(static_cast<bool>(out), "batch.json", file_in(dir, "batch.json"), "a writable path");
     out << to_json(record).dump(2) << "\n";
-    require(static_cast<bool>(out), "batch.json", file_in(dir, "batch.json"), "a writable path", "write failed");
+    ATTNKIT_REQUIRE(static_cast<bool>(out), "batch.json", file_in(dir, "batch.json"), "a writable path", "write failed");
   }
   for (auto [name, tensor] : {std::pair{"q.npy", &record.q}, std::pair{"k.npy", &record.k}, std::pair{"v.npy", &record.v},
                               std::pair{"k_cache.npy", &record.k_cache}, std::pair{"v_cache.npy", &record.v_cache}}) {

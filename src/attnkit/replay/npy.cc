@@ -241,11 +241,11 @@ NpyArray read_npy(const std::string& path) {
 // --- writing -----------------------------------------------------------------------------------
 
 void write_npy(const std::string& path, const TensorView& tensor) {
-  require(tensor.dtype == DType::kFloat32 || tensor.dtype == DType::kFloat16, path + ":descr",
+  ATTNKIT_REQUIRE(tensor.dtype == DType::kFloat32 || tensor.dtype == DType::kFloat16, path + ":descr",
           std::string(to_string(tensor.dtype)), "float32, float16");
-  require(tensor.ndim >= 0 && tensor.ndim <= kMaxDims, path + ":shape", std::to_string(tensor.ndim) + " dims",
+  ATTNKIT_REQUIRE(tensor.ndim >= 0 && tensor.ndim <= kMaxDims, path + ":shape", std::to_string(tensor.ndim) + " dims",
           "0 to " + std::to_string(kMaxDims) + " dims");
-  require(tensor.numel() == 0 || tensor.data != nullptr, path + ":data", "null", "a tensor with storage");
+  ATTNKIT_REQUIRE(tensor.numel() == 0 || tensor.data != nullptr, path + ":data", "null", "a tensor with storage");
 
   std::string shape = "(";
   for (int i = 0; i < tensor.ndim; ++i) shape += (i ? ", " : "") + std::to_string(tensor.dim(i));
@@ -289,7 +289,7 @@ void write_npy(const std::string& path, const TensorView& tensor) {
 // --- conversion --------------------------------------------------------------------------------
 
 HostTensor to_host_tensor(const NpyArray& array, DType dtype, const std::string& name) {
-  require(array.shape.size() <= static_cast<std::size_t>(kMaxDims), name, shape_to_string(array.shape),
+  ATTNKIT_REQUIRE(array.shape.size() <= static_cast<std::size_t>(kMaxDims), name, shape_to_string(array.shape),
           "at most " + std::to_string(kMaxDims) + " dims");
   HostTensor tensor(dtype, array.shape);
   const std::int64_t n = array.numel();

@@ -72,7 +72,10 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   rc.k_scale = record.k_scale;
   rc.v_scale = record.v_scale;
   rc.log = options.log;
-  ModelRunner runner({layer_for(record)}, rc);
+  LayerSpec layer_spec = layer_for(record);
+  layer_spec.kv_spec.forced_layout = options.kv_layout;
+  layer_spec.kv_spec.forced_kernel_block_size = options.kernel_block_size;
+  ModelRunner runner({layer_spec}, rc);
   const LayerId layer = 0;
 
   // The recorded context enters the cache through the shared update op: logical slot

@@ -18,6 +18,8 @@ struct ReplayOptions {
   bool want_lse = false;
   bool check_invariants = true;
   CascadePolicy cascade = CascadePolicy::kHeuristic;
+  std::optional<KVLayout> kv_layout;     // force a physical layout (must suit the backend)
+  std::optional<int> kernel_block_size;  // force a kernel page size dividing page_size
   std::function<void(std::string_view)> log;
   // Called once the step is prepared (metadata built), before attention runs; for tools that
   // print or inspect the plan.

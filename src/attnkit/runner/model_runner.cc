@@ -54,22 +54,22 @@ AttentionConfig config_for(const LayerSpec& layer, const RunnerConfig& rc) {
 
 void check_layer(const LayerSpec& l) {
   const std::string f = "layers[" + l.name + "]";
-  require(!l.name.empty(), "layer name", "\"\"", "a non-empty unique name");
-  require(l.params.num_q_heads >= 1 && l.params.num_kv_heads >= 1 &&
+  ATTNKIT_REQUIRE(!l.name.empty(), "layer name", "\"\"", "a non-empty unique name");
+  ATTNKIT_REQUIRE(l.params.num_q_heads >= 1 && l.params.num_kv_heads >= 1 &&
               l.params.num_q_heads % l.params.num_kv_heads == 0,
           f + ".num_q_heads/num_kv_heads",
           std::to_string(l.params.num_q_heads) + "/" + std::to_string(l.params.num_kv_heads),
           "positive, q heads a multiple of kv heads");
-  require(l.params.num_kv_heads == l.kv_spec.num_kv_heads && l.params.head_size == l.kv_spec.head_size &&
+  ATTNKIT_REQUIRE(l.params.num_kv_heads == l.kv_spec.num_kv_heads && l.params.head_size == l.kv_spec.head_size &&
               l.params.kv_cache_dtype == l.kv_spec.dtype,
           f + ".kv_spec", l.kv_spec.describe(), "the layer's kv heads, head size and kv dtype");
-  require(l.kv_spec.kind != KVSpecKind::kSlidingWindow ||
+  ATTNKIT_REQUIRE(l.kv_spec.kind != KVSpecKind::kSlidingWindow ||
               (l.params.sliding_window && *l.params.sliding_window == l.kv_spec.sliding_window),
           f + ".sliding_window", l.params.sliding_window ? std::to_string(*l.params.sliding_window) : "none",
           "equal to the sliding-window spec's window " + std::to_string(l.kv_spec.sliding_window));
-  require(l.params.alibi_slopes.empty() || l.params.alibi_slopes.size() == static_cast<std::size_t>(l.params.num_q_heads),
+  ATTNKIT_REQUIRE(l.params.alibi_slopes.empty() || l.params.alibi_slopes.size() == static_cast<std::size_t>(l.params.num_q_heads),
           f + ".alibi_slopes", std::to_string(l.params.alibi_slopes.size()), "empty or num_q_heads values");
-  require(l.params.sinks.empty() || l.params.sinks.size() == static_cast<std::size_t>(l.params.num_q_heads),
+  ATTNKIT_REQUIRE(l.params.sinks.empty() || l.params.sinks.size() == static_cast<std::size_t>(l.params.num_q_heads),
           f + ".sinks", std::to_string(l.params.sinks.size()), "empty or num_q_heads values");
 }
 
@@ -83,13 +83,13 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
       context_(names_of(layers_)),
       reorder_(config_.max_num_reqs),
       common_builder_(host_memory(), config_.max_num_reqs) {
-  require(!layers_.empty(), "layers", "0", ">= 1 layer");
-  require(config_.platform.kind == PlatformKind::kCpu, "platform", config_.platform.describe(), "cpu",
+  ATTNKIT_REQUIRE(!layers_.empty(), "layers", "0", ">= 1 layer");
+  ATTNKIT_REQUIRE(config_.platform.kind == PlatformKind::kCpu, "platform", config_.platform.describe(), "cpu",
           "this build runs kernels on the CPU platform only");
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     check_layer(layers_[i]);
     for (std::size_t j = 0; j < i; ++j) {
-      require(layers_[j].name != layers_[i].name, "layer name", layers_[i].name, "unique names");
+      ATTNKIT_REQUIRE(layers_[j].name != layers_[i].name, "layer name", layers_[i].name, "unique names");
     }
   }
   if (config_.log) selector_.set_log_sink(config_.log);
@@ -105,7 +105,11 @@ void ModelRunner::select_backends() {
     const AttentionConfig cfg = config_for(layer, config_);
     // The explicit name applies to attention layers; state layers have their own backend kind.
     std::optional<std::string_view> name;
-    if (config_.backend && layer.kv_spec.is_attention()) name = *config_.backend;
+    if (layer.backend) {
+      name = *layer.backend;
+    } else if (config_.backend && layer.kv_spec.is_attention()) {
+      name = *config_.backend;
+    }
     const Selection& sel = selector_.select(cfg, name);
     selections_.push_back(&sel);
     impls_.push_back(sel.backend->make_impl(layer.params, sel.variant));
@@ -134,7 +138,7 @@ void ModelRunner::build_groups() {
     g.causal = layers_[static_cast<std::size_t>(kv.layer_indices.front())].params.attn_type == AttentionType::kDecoder;
     for (int li : kv.layer_indices) {
       const bool c = layers_[static_cast<std::size_t>(li)].params.attn_type == AttentionType::kDecoder;
-      require(c == g.causal, "layers[" + layers_[static_cast<std::size_t>(li)].name + "].attn_type",
+      ATTNKIT_REQUIRE(c == g.causal, "layers[" + layers_[static_cast<std::size_t>(li)].name + "].attn_type",
               std::string(to_string(layers_[static_cast<std::size_t>(li)].params.attn_type)),
               "the same causality as the other layers of its KV-cache group");
     }
@@ -182,7 +186,7 @@ void ModelRunner::build_groups() {
       any_cascade_ = any_cascade_ || bc.features.has(Feature::kCascade);
       graph_support_ = std::min(graph_support_, bc.cudagraph_support);
       if (bc.reorder_batch_threshold) {
-        require(!have_threshold || reorder_threshold_ == bc.reorder_batch_threshold, "reorder_batch_threshold",
+        ATTNKIT_REQUIRE(!have_threshold || reorder_threshold_ == bc.reorder_batch_threshold, "reorder_batch_threshold",
                 std::to_string(*bc.reorder_batch_threshold) + " (" + std::string(bc.name) + ")",
                 "one threshold for all groups: " + std::to_string(reorder_threshold_.value_or(0)));
         reorder_threshold_ = bc.reorder_batch_threshold;
@@ -248,10 +252,10 @@ std::int32_t ModelRunner::common_prefix_len(const KVGroupState& g) const {
 void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, int gi) {
   const CommonAttentionMetadata& tmpl = common_builder_.last();
   const std::int32_t n = tmpl.num_reqs;
-  require(step.block_tables.size() == kv_groups_.size(), "block_tables", std::to_string(step.block_tables.size()),
+  ATTNKIT_REQUIRE(step.block_tables.size() == kv_groups_.size(), "block_tables", std::to_string(step.block_tables.size()),
           std::to_string(kv_groups_.size()) + " (one per KV-cache group)");
   const ManagerBlockTable& in = step.block_tables[static_cast<std::size_t>(gi)];
-  require(in.row_stride >= 1 && in.row_stride <= g.max_manager_blocks_per_req &&
+  ATTNKIT_REQUIRE(in.row_stride >= 1 && in.row_stride <= g.max_manager_blocks_per_req &&
               in.data.size() >= static_cast<std::size_t>(n) * static_cast<std::size_t>(in.row_stride),
           "block_tables[" + std::to_string(gi) + "].row_stride", std::to_string(in.row_stride),
           "[1, " + std::to_string(g.max_manager_blocks_per_req) + "] with num_reqs rows of data");
@@ -266,7 +270,7 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
     // Only the pages that hold the request's tokens (host upper bound covers the truth); the rest
     // of a row is never read, and copying it would cost O(max_model_len) per request.
     const std::int32_t pages = g.geometry.spec.is_attention() ? ceil_div(tmpl.seq_lens_cpu[static_cast<std::size_t>(r)], m) : 1;
-    require(pages <= in.row_stride, "block_tables[" + std::to_string(gi) + "] row of request",
+    ATTNKIT_REQUIRE(pages <= in.row_stride, "block_tables[" + std::to_string(gi) + "] row of request",
             std::to_string(order[static_cast<std::size_t>(r)]), std::to_string(pages) + " blocks for its seq_len",
             "too few blocks for seq_len");
     const auto src = in.row(order[static_cast<std::size_t>(r)]).first(static_cast<std::size_t>(pages));
@@ -281,7 +285,7 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
   g.common.kernel_block_size = g.geometry.kernel_block_size;
   g.common.causal = g.causal;
   const auto tokens = static_cast<std::size_t>(tmpl.num_actual_tokens);
-  require(tokens <= g.slot_staging.size(), "num_actual_tokens", std::to_string(tokens),
+  ATTNKIT_REQUIRE(tokens <= g.slot_staging.size(), "num_actual_tokens", std::to_string(tokens),
           "<= max_num_tokens " + std::to_string(g.slot_staging.size()));
   std::int64_t* slots = g.slot_mapping.host_target(g.slot_staging);
   if (g.geometry.spec.is_attention()) {
@@ -300,7 +304,7 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
 void ModelRunner::prepare_step(const StepInput& step) {
   reorder_.plan(step.query_lens, reorder_threshold_);
   const CommonAttentionMetadata& tmpl = common_builder_.build(step, reorder_, /*causal=*/true);
-  require(tmpl.cpu_lengths_exact || config_.optimistic_cpu_lengths, "cpu_num_computed_tokens", "upper bounds",
+  ATTNKIT_REQUIRE(tmpl.cpu_lengths_exact || config_.optimistic_cpu_lengths, "cpu_num_computed_tokens", "upper bounds",
           "exact lengths (start the runner with optimistic_cpu_lengths to allow them)");
   last_step_ = step;
   // G4: plans built this step, by (backend, kernel page size): a later group with the same
@@ -308,6 +312,7 @@ void ModelRunner::prepare_step(const StepInput& step) {
   struct Built {
     const BackendType* backend;
     int kernel_block_size;
+    bool causal;
     const AttentionMetadata* metadata;
   };
   constexpr std::size_t kMaxReuse = 16;
@@ -320,7 +325,8 @@ void ModelRunner::prepare_step(const StepInput& step) {
       const AttentionMetadata* planned = nullptr;
       if (ag.backend->caps().supports_update_block_table && g.common_prefix_len == 0) {
         for (std::size_t b = 0; b < num_built; ++b) {
-          if (built[b].backend == ag.backend && built[b].kernel_block_size == g.geometry.kernel_block_size) {
+          if (built[b].backend == ag.backend && built[b].kernel_block_size == g.geometry.kernel_block_size &&
+              built[b].causal == g.causal) {
             planned = built[b].metadata;
           }
         }
@@ -329,7 +335,7 @@ void ModelRunner::prepare_step(const StepInput& step) {
       ag.metadata = planned ? &ag.builder->update_block_table(*planned, g.common)
                             : &ag.builder->build(g.common_prefix_len, g.common);
       if (!planned && num_built < kMaxReuse && g.common_prefix_len == 0) {
-        built[num_built++] = {ag.backend, g.geometry.kernel_block_size, ag.metadata};
+        built[num_built++] = {ag.backend, g.geometry.kernel_block_size, g.causal, ag.metadata};
       }
       // G2: the one object, registered under every layer name of the group.
       for (LayerId id : ag.layers) {

@@ -27,6 +27,7 @@ struct LayerSpec {
   std::string name;
   LayerParams params;
   KVCacheSpec kv_spec;
+  std::optional<std::string> backend;  // explicit for this layer; overrides RunnerConfig::backend
 };
 
 struct RunnerConfig {

@@ -16,7 +16,9 @@ std::string BlockSizeSet::describe() const {
     if (!listed.empty()) listed += ", ";
     listed += std::to_string(s);
   }
-  std::string multiple = multiple_of > 0 ? "multiple of " + std::to_string(multiple_of) : std::string();
+  std::string multiple = multiple_of == 1 ? std::string("any")
+                         : multiple_of > 0 ? "multiple of " + std::to_string(multiple_of)
+                                           : std::string();
   if (!sizes.empty() && !multiple.empty()) return "{" + listed + "} or " + multiple;
   if (!sizes.empty()) return "{" + listed + "}";
   if (!multiple.empty()) return multiple;

@@ -12,9 +12,9 @@ BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<
     : backends_(std::move(backends)) {
   for (std::size_t i = 0; i < backends_.size(); ++i) {
     const std::string_view name = backends_[i].name();
-    require(!name.empty(), "backend name", "\"\"", "a non-empty name");
+    ATTNKIT_REQUIRE(!name.empty(), "backend name", "\"\"", "a non-empty name");
     for (std::size_t j = 0; j < i; ++j) {
-      require(backends_[j].name() != name, "backend name", std::string(name), "unique names",
+      ATTNKIT_REQUIRE(backends_[j].name() != name, "backend name", std::string(name), "unique names",
               "two registered backends share this name");
     }
   }
@@ -22,7 +22,7 @@ BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<
     std::vector<std::size_t> order;
     for (std::string_view name : list.backends) {
       const BackendType* type = find(name);
-      require(type != nullptr, "priority list entry", std::string(name), names(),
+      ATTNKIT_REQUIRE(type != nullptr, "priority list entry", std::string(name), names(),
               std::string("the ") + std::string(to_string(list.platform)) + " priority list names an unregistered backend");
       order.push_back(static_cast<std::size_t>(type - backends_.data()));
     }

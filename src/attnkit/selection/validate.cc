@@ -54,6 +54,14 @@ void check_hardware(const BackendCaps& caps, const AttentionConfig& c, std::vect
   }
 }
 
+bool divisible_by_a_kernel_page(const BlockSizeSet& pages, int block_size) {
+  if (block_size < 1) return false;
+  for (int b : pages.enumerate(block_size)) {
+    if (block_size % b == 0) return true;
+  }
+  return false;
+}
+
 void check_parameters(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
   if (!contains(caps.dtypes, c.dtype)) {
     out.push_back(feature_reason("dtype", text_of(to_string(c.dtype)), supported::dtypes(caps.dtypes)));
@@ -65,7 +73,9 @@ void check_parameters(const BackendCaps& caps, const AttentionConfig& c, std::ve
   if (!contains(caps.head_sizes, c.head_size)) {
     out.push_back(feature_reason("head_size", std::to_string(c.head_size), supported::head_sizes(caps)));
   }
-  if (!caps.block_sizes.contains(c.block_size)) {
+  // K5: block_size is the run's KV-cache (manager) block size; a backend can serve it when one
+  // of its kernel page sizes divides it (one manager block then maps to k kernel pages).
+  if (!divisible_by_a_kernel_page(caps.block_sizes, c.block_size)) {
     out.push_back(feature_reason("block_size", std::to_string(c.block_size), caps.block_sizes.describe()));
   }
   if (c.kv_layout && !contains(caps.kv_layouts, *c.kv_layout)) {

@@ -12,7 +12,7 @@ namespace {
 MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
 
 std::int32_t positive(std::int32_t value, const char* field) {
-  require(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
+  ATTNKIT_REQUIRE(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
   return value;
 }
 
@@ -43,16 +43,17 @@ CsrPlanMetadataBuilder::CsrPlanMetadataBuilder(const BuilderContext& ctx)
 // ---- per step (hot path) ------------------------------------------------------------------------
 
 void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) const {
-  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
-          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
-  require(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
-          std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
-  require(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
-          "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
-  require(c.slot_mapping.size() >= sz(c.num_actual_tokens), "slot_mapping size", std::to_string(c.slot_mapping.size()),
-          ">= num_actual_tokens");
-  require(c.kernel_block_size == 0 || c.kernel_block_size == page_size_, "kernel_block_size",
-          std::to_string(c.kernel_block_size), std::to_string(page_size_), "the builder was made for this page size");
+  ATTNKIT_REQUIRE(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+                  "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  ATTNKIT_REQUIRE(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
+                  std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
+  ATTNKIT_REQUIRE(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+                  "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
+  ATTNKIT_REQUIRE(c.slot_mapping.size() >= sz(c.num_actual_tokens), "slot_mapping size",
+                  std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
+  ATTNKIT_REQUIRE(c.kernel_block_size == 0 || c.kernel_block_size == page_size_, "kernel_block_size",
+                  std::to_string(c.kernel_block_size), std::to_string(page_size_),
+                  "the builder was made for this page size");
 }
 
 // Decode-first split from exact CPU query lengths: the leading requests with query_len <=
@@ -60,11 +61,11 @@ void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) co
 // goes to the prefill plan, which handles any query length, so the result stays correct.
 void CsrPlanMetadataBuilder::plan_split(const CommonAttentionMetadata& c) {
   const auto qsl = c.query_start_loc_cpu;
-  require(qsl.size() >= sz(c.num_reqs) + 1 && qsl[0] == 0 && qsl[sz(c.num_reqs)] == c.num_actual_tokens,
-          "query_start_loc_cpu", std::to_string(qsl.size()) + " entries",
-          "num_reqs + 1 entries from 0 to num_actual_tokens");
-  require(c.seq_lens_cpu.size() >= sz(c.num_reqs), "seq_lens_cpu size", std::to_string(c.seq_lens_cpu.size()),
-          ">= num_reqs");
+  ATTNKIT_REQUIRE(qsl.size() >= sz(c.num_reqs) + 1 && qsl[0] == 0 && qsl[sz(c.num_reqs)] == c.num_actual_tokens,
+                  "query_start_loc_cpu", std::to_string(qsl.size()) + " entries",
+                  "num_reqs + 1 entries from 0 to num_actual_tokens");
+  ATTNKIT_REQUIRE(c.seq_lens_cpu.size() >= sz(c.num_reqs), "seq_lens_cpu size", std::to_string(c.seq_lens_cpu.size()),
+                  ">= num_reqs");
   std::int32_t nd = 0;
   while (nd < c.num_reqs && qsl[sz(nd) + 1] - qsl[sz(nd)] <= kCsrPlanDecodeThreshold) ++nd;
   auto& m = metadata_;
@@ -107,12 +108,13 @@ void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadat
   for (std::int32_t i = 0; i < c.num_reqs; ++i) {
     const std::int32_t l = c.seq_lens_cpu[sz(i)];
     const std::int32_t q = c.query_start_loc_cpu[sz(i) + 1] - c.query_start_loc_cpu[sz(i)];
-    require(q >= 0 && l >= q, "seq_lens_cpu[" + std::to_string(i) + "]", std::to_string(l),
-            ">= query_len (" + std::to_string(q) + ")", "context length = seq_len - query_len cannot be negative");
+    ATTNKIT_REQUIRE(q >= 0 && l >= q, "seq_lens_cpu[" + std::to_string(i) + "]", std::to_string(l),
+                    ">= query_len (" + std::to_string(q) + ")",
+                    "context length = seq_len - query_len cannot be negative");
     const std::int32_t pages = (l + b - 1) / b;
-    require(pages <= max_blocks_per_req_ && pages <= c.block_table.row_stride,
-            "pages of request " + std::to_string(i), std::to_string(pages),
-            "<= min(max_blocks_per_req, block table row_stride)");
+    ATTNKIT_REQUIRE(pages <= max_blocks_per_req_ && pages <= c.block_table.row_stride,
+                    "pages of request " + std::to_string(i), std::to_string(pages),
+                    "<= min(max_blocks_per_req, block table row_stride)");
     indptr_host_[sz(i) + 1] = indptr_host_[sz(i)] + pages;
     last_page_len_host_[sz(i)] = l == 0 ? 0 : (l - 1) % b + 1;  // a full last page is B, never 0
     seq_lens_host_[sz(i)] = l;
@@ -124,8 +126,8 @@ void CsrPlanMetadataBuilder::fill_indices_and_slots(const CommonAttentionMetadat
   for (std::int32_t i = 0; i < c.num_reqs; ++i) {
     const std::int32_t begin = indptr_host_[sz(i)];
     const std::int32_t pages = indptr_host_[sz(i) + 1] - begin;
-    require(pages <= c.block_table.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
-            "<= block table row_stride (" + std::to_string(c.block_table.row_stride) + ")");
+    ATTNKIT_REQUIRE(pages <= c.block_table.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
+                    "<= block table row_stride (" + std::to_string(c.block_table.row_stride) + ")");
     const auto row = c.block_table.row(i);
     std::copy(row.begin(), row.begin() + pages, indices_host_.begin() + begin);
   }
@@ -167,8 +169,8 @@ void CsrPlanMetadataBuilder::point_metadata() {
 const AttentionMetadata& CsrPlanMetadataBuilder::build(std::int32_t common_prefix_len,
                                                        const CommonAttentionMetadata& common) {
   (void)common_prefix_len;
-  require(common.cpu_lengths_exact, "cpu_lengths_exact", "false", "true",
-          "CSR_PLAN plans from CPU lengths; optimistic (speculative) lengths must not reach it (G6)");
+  ATTNKIT_REQUIRE(common.cpu_lengths_exact, "cpu_lengths_exact", "false", "true",
+                  "CSR_PLAN plans from CPU lengths; optimistic (speculative) lengths must not reach it (G6)");
   check_capacity(common);
   plan_split(common);
   plan_page_table_counts(common);
@@ -181,14 +183,14 @@ const AttentionMetadata& CsrPlanMetadataBuilder::build(std::int32_t common_prefi
 const AttentionMetadata& CsrPlanMetadataBuilder::update_block_table(const AttentionMetadata& planned,
                                                                     const CommonAttentionMetadata& common) {
   const auto& plan = metadata_cast<CsrPlanMetadata>(planned, CsrPlanBackend::caps());
-  require(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens &&
-              plan.page_size == page_size_,
-          "update_block_table batch",
-          std::to_string(common.num_reqs) + " reqs / " + std::to_string(common.num_actual_tokens) + " tokens / page " +
-              std::to_string(page_size_),
-          std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) + " tokens / page " +
-              std::to_string(plan.page_size),
-          "a plan is reused only for a group with the same batch structure");
+  ATTNKIT_REQUIRE(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens &&
+                      plan.page_size == page_size_,
+                  "update_block_table batch",
+                  std::to_string(common.num_reqs) + " reqs / " + std::to_string(common.num_actual_tokens) +
+                      " tokens / page " + std::to_string(page_size_),
+                  std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) +
+                      " tokens / page " + std::to_string(plan.page_size),
+                  "a plan is reused only for a group with the same batch structure");
   check_capacity(common);
   if (&plan != &metadata_) {
     // Take the plan as it is: scalars, host indptr, and device copies of the count arrays.

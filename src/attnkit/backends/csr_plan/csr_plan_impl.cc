@@ -20,8 +20,8 @@ void check_combination_rules(const BackendCaps& caps, const LayerParams& p) {
   config.attn_type = p.attn_type;
   config.features = p.required_features();
   for (const CombinationRule& rule : caps.combination_rules) {
-    require(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
-            std::string(caps.name) + ": " + std::string(rule.explanation));
+    ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
+                    std::string(caps.name) + ": " + std::string(rule.explanation));
   }
 }
 
@@ -29,22 +29,20 @@ std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 }  // namespace
 
 CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
-    : params_(params),
-      variant_(variant),
-      kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  require(variant == kCsrPlanCpuVariant, "kernel variant", std::string(variant.name),
-          std::string(kCsrPlanCpuVariant.name), "CSR_PLAN runs only the variants it resolves");
-  require(params_.attn_type == AttentionType::kDecoder, "attn_type", std::string(to_string(params_.attn_type)),
-          "decoder", "CSR_PLAN plans causal decoder attention only");
-  require(params_.alibi_slopes.empty(), "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0",
-          "CSR_PLAN has no ALiBi");
+    : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
+  ATTNKIT_REQUIRE(variant == kCsrPlanCpuVariant, "kernel variant", std::string(variant.name),
+                  std::string(kCsrPlanCpuVariant.name), "CSR_PLAN runs only the variants it resolves");
+  ATTNKIT_REQUIRE(params_.attn_type == AttentionType::kDecoder, "attn_type", std::string(to_string(params_.attn_type)),
+                  "decoder", "CSR_PLAN plans causal decoder attention only");
+  ATTNKIT_REQUIRE(params_.alibi_slopes.empty(), "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0",
+                  "CSR_PLAN has no ALiBi");
   check_combination_rules(CsrPlanBackend::caps(), params_);
-  require(params_.sinks.empty() || static_cast<int>(params_.sinks.size()) == params_.num_q_heads, "sinks size",
-          std::to_string(params_.sinks.size()), "0 or num_q_heads");
-  require(!params_.sliding_window || *params_.sliding_window > 0, "sliding_window",
-          std::to_string(params_.sliding_window.value_or(0)), "> 0");
-  require(!params_.soft_cap || *params_.soft_cap > 0.0f, "soft_cap", std::to_string(params_.soft_cap.value_or(0)),
-          "> 0");
+  ATTNKIT_REQUIRE(params_.sinks.empty() || static_cast<int>(params_.sinks.size()) == params_.num_q_heads, "sinks size",
+                  std::to_string(params_.sinks.size()), "0 or num_q_heads");
+  ATTNKIT_REQUIRE(!params_.sliding_window || *params_.sliding_window > 0, "sliding_window",
+                  std::to_string(params_.sliding_window.value_or(0)), "> 0");
+  ATTNKIT_REQUIRE(!params_.soft_cap || *params_.soft_cap > 0.0f, "soft_cap",
+                  std::to_string(params_.soft_cap.value_or(0)), "> 0");
   kernel_params_.score.scale = params_.softmax_scale();
   kernel_params_.score.soft_cap = params_.soft_cap.value_or(0.0f);
   kernel_params_.score.sliding_window = params_.sliding_window.value_or(0);
@@ -62,17 +60,17 @@ void CsrPlanImpl::forward(const TensorView& query, const TensorView& key, const 
   (void)key;
   (void)value;
   const auto& md = metadata_cast<CsrPlanMetadata>(metadata, CsrPlanBackend::caps());
-  require(kv_cache.layout == KVLayout::kSplitNHD || kv_cache.layout == KVLayout::kSplitHND, "kv_cache layout",
-          std::string(to_string(kv_cache.layout)), "split_nhd, split_hnd");
-  require(md.page_size == kv_cache.block_size, "kv_cache block_size", std::to_string(kv_cache.block_size),
-          std::to_string(md.page_size), "the plan's page size");
-  require(md.decode.first_token == 0 && md.prefill.first_token == md.decode.num_tokens &&
-              md.decode.num_tokens + md.prefill.num_tokens == md.num_actual_tokens,
-          "csr plan token split",
-          std::to_string(md.decode.num_tokens) + " + " + std::to_string(md.prefill.num_tokens),
-          "decode rows then prefill rows covering num_actual_tokens");
-  kernels::check_paged_attention_io(kernel_params_, params_.dtype, params_.kv_cache_dtype, md.num_actual_tokens,
-                                    query, kv_cache, output, lse);
+  ATTNKIT_REQUIRE(kv_cache.layout == KVLayout::kSplitNHD || kv_cache.layout == KVLayout::kSplitHND, "kv_cache layout",
+                  std::string(to_string(kv_cache.layout)), "split_nhd, split_hnd");
+  ATTNKIT_REQUIRE(md.page_size == kv_cache.block_size, "kv_cache block_size", std::to_string(kv_cache.block_size),
+                  std::to_string(md.page_size), "the plan's page size");
+  ATTNKIT_REQUIRE(md.decode.first_token == 0 && md.prefill.first_token == md.decode.num_tokens &&
+                      md.decode.num_tokens + md.prefill.num_tokens == md.num_actual_tokens,
+                  "csr plan token split",
+                  std::to_string(md.decode.num_tokens) + " + " + std::to_string(md.prefill.num_tokens),
+                  "decode rows then prefill rows covering num_actual_tokens");
+  kernels::check_paged_attention_io(kernel_params_, params_.dtype, params_.kv_cache_dtype, md.num_actual_tokens, query,
+                                    kv_cache, output, lse);
   for (const CsrSubPlan* plan : {&md.decode, &md.prefill}) {
     const std::int64_t begin = plan->first_token;
     const std::int64_t end = begin + plan->num_tokens;
@@ -83,26 +81,28 @@ void CsrPlanImpl::forward(const TensorView& query, const TensorView& key, const 
 
 void CsrPlanImpl::run(const CsrSubPlan& plan, std::span<const std::int32_t> indices, const TensorView& query,
                       const KVCacheView& kv_cache, const TensorView& output, const TensorView& lse) {
-  require(plan.qo_indptr.size() == sz(plan.num_reqs) + 1 && plan.paged_kv_indptr.size() == sz(plan.num_reqs) + 1 &&
-              plan.paged_kv_last_page_len.size() == sz(plan.num_reqs),
-          "csr sub-plan", std::to_string(plan.num_reqs) + " requests", "consistent array sizes");
+  ATTNKIT_REQUIRE(plan.qo_indptr.size() == sz(plan.num_reqs) + 1 &&
+                      plan.paged_kv_indptr.size() == sz(plan.num_reqs) + 1 &&
+                      plan.paged_kv_last_page_len.size() == sz(plan.num_reqs),
+                  "csr sub-plan", std::to_string(plan.num_reqs) + " requests", "consistent array sizes");
   kernel_params_.score.causal = plan.causal;
   const std::int32_t page = plan.page_size;
   for (std::int32_t i = 0; i < plan.num_reqs; ++i) {
     const std::int32_t q_begin = plan.qo_indptr[sz(i)];
     const std::int32_t q_end = plan.qo_indptr[sz(i) + 1];
-    require(q_begin >= 0 && q_begin <= q_end && q_end <= plan.num_tokens, "qo_indptr",
-            std::to_string(q_begin) + ".." + std::to_string(q_end),
-            "non-decreasing within [0, " + std::to_string(plan.num_tokens) + "]");
+    ATTNKIT_REQUIRE(q_begin >= 0 && q_begin <= q_end && q_end <= plan.num_tokens, "qo_indptr",
+                    std::to_string(q_begin) + ".." + std::to_string(q_end),
+                    "non-decreasing within [0, " + std::to_string(plan.num_tokens) + "]");
     const std::int32_t kv_begin = plan.paged_kv_indptr[sz(i)];
     const std::int32_t kv_end = plan.paged_kv_indptr[sz(i) + 1];
-    require(kv_begin >= 0 && kv_begin <= kv_end && sz(kv_end) <= indices.size(), "paged_kv_indptr",
-            std::to_string(kv_begin) + ".." + std::to_string(kv_end),
-            "non-decreasing within [0, " + std::to_string(indices.size()) + "]");
+    ATTNKIT_REQUIRE(kv_begin >= 0 && kv_begin <= kv_end && sz(kv_end) <= indices.size(), "paged_kv_indptr",
+                    std::to_string(kv_begin) + ".." + std::to_string(kv_end),
+                    "non-decreasing within [0, " + std::to_string(indices.size()) + "]");
     const std::int32_t pages = kv_end - kv_begin;
     const std::int32_t last = plan.paged_kv_last_page_len[sz(i)];
-    require(pages == 0 ? last == 0 : (last >= 1 && last <= page), "paged_kv_last_page_len", std::to_string(last),
-            pages == 0 ? "0 for a request without pages" : "[1, " + std::to_string(page) + "]");
+    ATTNKIT_REQUIRE(pages == 0 ? last == 0 : (last >= 1 && last <= page), "paged_kv_last_page_len",
+                    std::to_string(last),
+                    pages == 0 ? "0 for a request without pages" : "[1, " + std::to_string(page) + "]");
     kernels::PagedSequence seq;
     seq.pages = indices.subspan(sz(kv_begin), sz(pages));
     seq.seq_len = pages == 0 ? 0 : std::int64_t{pages - 1} * page + last;  // the CSR is the only length truth

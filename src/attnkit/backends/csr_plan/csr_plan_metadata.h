@@ -45,9 +45,9 @@ struct CsrPlanMetadata final : AttentionMetadata {
   std::span<const std::int32_t> paged_kv_indices;        // [paged_kv_indptr[num_reqs]]
   std::span<const std::int32_t> paged_kv_last_page_len;  // [num_reqs]
   std::span<const std::int64_t> slot_mapping;            // [num_actual_tokens]; -1 = padding
-  std::span<const std::int32_t> seq_lens;  // [num_reqs] the exact CPU lengths planned from
-  CsrSubPlan decode;   // requests [0, num_decodes)
-  CsrSubPlan prefill;  // requests [num_decodes, num_reqs)
+  std::span<const std::int32_t> seq_lens;                // [num_reqs] the exact CPU lengths planned from
+  CsrSubPlan decode;                                     // requests [0, num_decodes)
+  CsrSubPlan prefill;                                    // requests [num_decodes, num_reqs)
   // Host copy of paged_kv_indptr: what another group's builder reuses to refill only the indices
   // without reading device memory (G4).
   std::span<const std::int32_t> paged_kv_indptr_host;

@@ -22,7 +22,7 @@ RecurrentStateBuilder::RecurrentStateBuilder(const BuilderContext& ctx)
       state_slots_(*memory_, slots_host_.size()),
       has_initial_state_(*memory_, has_state_host_.size()),
       metadata_(RecurrentStateBackend::caps()) {
-  require(ctx.max_num_reqs > 0, "max_num_reqs", std::to_string(ctx.max_num_reqs), "> 0");
+  ATTNKIT_REQUIRE(ctx.max_num_reqs > 0, "max_num_reqs", std::to_string(ctx.max_num_reqs), "> 0");
 }
 
 // ---- per step (hot path) ------------------------------------------------------------------------
@@ -32,21 +32,21 @@ RecurrentStateBuilder::RecurrentStateBuilder(const BuilderContext& ctx)
 const AttentionMetadata& RecurrentStateBuilder::build(std::int32_t common_prefix_len,
                                                       const CommonAttentionMetadata& c) {
   (void)common_prefix_len;
-  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
-          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
-  require(c.query_start_loc.size() >= sz(c.num_reqs) + 1 && c.seq_lens.size() >= sz(c.num_reqs), "lengths",
-          std::to_string(c.query_start_loc.size()) + " / " + std::to_string(c.seq_lens.size()) + " entries",
-          "num_reqs + 1 query starts and num_reqs seq lens");
-  require(c.num_reqs == 0 || (c.block_table.data != nullptr && c.block_table.num_rows >= c.num_reqs &&
-                              c.block_table.row_stride >= 1),
-          "block_table", std::to_string(c.block_table.num_rows) + " rows", ">= num_reqs rows, >= 1 column",
-          "each request's state slot is the first entry of its row");
+  ATTNKIT_REQUIRE(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+                  "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  ATTNKIT_REQUIRE(c.query_start_loc.size() >= sz(c.num_reqs) + 1 && c.seq_lens.size() >= sz(c.num_reqs), "lengths",
+                  std::to_string(c.query_start_loc.size()) + " / " + std::to_string(c.seq_lens.size()) + " entries",
+                  "num_reqs + 1 query starts and num_reqs seq lens");
+  ATTNKIT_REQUIRE(c.num_reqs == 0 || (c.block_table.data != nullptr && c.block_table.num_rows >= c.num_reqs &&
+                                      c.block_table.row_stride >= 1),
+                  "block_table", std::to_string(c.block_table.num_rows) + " rows", ">= num_reqs rows, >= 1 column",
+                  "each request's state slot is the first entry of its row");
   for (std::int32_t r = 0; r < c.num_reqs; ++r) {
     const std::int32_t query_len = c.query_start_loc[sz(r) + 1] - c.query_start_loc[sz(r)];
     const std::int32_t context = c.seq_lens[sz(r)] - query_len;
-    require(query_len >= 0 && context >= 0, "request " + std::to_string(r) + " lengths",
-            std::to_string(query_len) + " query / " + std::to_string(c.seq_lens[sz(r)]) + " seq",
-            "0 <= query_len <= seq_len");
+    ATTNKIT_REQUIRE(query_len >= 0 && context >= 0, "request " + std::to_string(r) + " lengths",
+                    std::to_string(query_len) + " query / " + std::to_string(c.seq_lens[sz(r)]) + " seq",
+                    "0 <= query_len <= seq_len");
     slots_host_[sz(r)] = c.block_table.row(r)[0];
     has_state_host_[sz(r)] = context > 0 ? 1 : 0;
   }
@@ -63,9 +63,12 @@ const AttentionMetadata& RecurrentStateBuilder::build(std::int32_t common_prefix
 }
 
 void RecurrentStateBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
-  out.push_back({"recurrent.query_start_loc", query_start_loc_.data(), query_start_loc_.capacity() * sizeof(std::int32_t)});
-  out.push_back({"recurrent.state_slots", state_slots_.data(), state_slots_.capacity() * sizeof(std::int32_t)});
-  out.push_back({"recurrent.has_initial_state", has_initial_state_.data(), has_initial_state_.capacity() * sizeof(std::int32_t)});
+  const auto add = [&out](std::string_view name, const DeviceArray<std::int32_t>& array) {
+    out.push_back({name, array.data(), array.capacity() * sizeof(std::int32_t)});
+  };
+  add("recurrent.query_start_loc", query_start_loc_);
+  add("recurrent.state_slots", state_slots_);
+  add("recurrent.has_initial_state", has_initial_state_);
 }
 
 }  // namespace attnkit

@@ -13,33 +13,33 @@ namespace {
 std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 
 void check_rows(const char* name, const TensorView& t, DType dtype, std::int64_t tokens, int heads, int d) {
-  require(t.data != nullptr && t.dtype == dtype && t.ndim == 3 && t.dim(0) >= tokens && t.dim(1) == heads &&
-              t.dim(2) == d,
-          name, std::string(to_string(t.dtype)) + " " + t.shape_string(),
-          std::string(to_string(dtype)) + " [>= " + std::to_string(tokens) + ", " + std::to_string(heads) + ", " +
-              std::to_string(d) + "]");
+  ATTNKIT_REQUIRE(
+      t.data != nullptr && t.dtype == dtype && t.ndim == 3 && t.dim(0) >= tokens && t.dim(1) == heads && t.dim(2) == d,
+      name, std::string(to_string(t.dtype)) + " " + t.shape_string(),
+      std::string(to_string(dtype)) + " [>= " + std::to_string(tokens) + ", " + std::to_string(heads) + ", " +
+          std::to_string(d) + "]");
 }
 }  // namespace
 
 RecurrentStateImpl::RecurrentStateImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant) {
-  require(variant == kRecurrentCpuVariant, "kernel variant", std::string(variant.name),
-          std::string(kRecurrentCpuVariant.name));
-  require(params_.num_q_heads == params_.num_kv_heads && params_.num_kv_heads > 0, "num_q_heads",
-          std::to_string(params_.num_q_heads), "== num_kv_heads (" + std::to_string(params_.num_kv_heads) + ")",
-          "the input x has one row per state head");
-  require(params_.head_size > 0, "head_size", std::to_string(params_.head_size), "> 0");
-  require(params_.kv_cache_dtype == DType::kFloat32, "kv_cache_dtype", std::string(to_string(params_.kv_cache_dtype)),
-          "float32", "states are kept in float32");
-  require(params_.required_features() == FeatureSet{}, "features", params_.required_features().describe(), "none",
-          "a recurrent state has no attention features");
+  ATTNKIT_REQUIRE(variant == kRecurrentCpuVariant, "kernel variant", std::string(variant.name),
+                  std::string(kRecurrentCpuVariant.name));
+  ATTNKIT_REQUIRE(params_.num_q_heads == params_.num_kv_heads && params_.num_kv_heads > 0, "num_q_heads",
+                  std::to_string(params_.num_q_heads), "== num_kv_heads (" + std::to_string(params_.num_kv_heads) + ")",
+                  "the input x has one row per state head");
+  ATTNKIT_REQUIRE(params_.head_size > 0, "head_size", std::to_string(params_.head_size), "> 0");
+  ATTNKIT_REQUIRE(params_.kv_cache_dtype == DType::kFloat32, "kv_cache_dtype",
+                  std::string(to_string(params_.kv_cache_dtype)), "float32", "states are kept in float32");
+  ATTNKIT_REQUIRE(params_.required_features() == FeatureSet{}, "features", params_.required_features().describe(),
+                  "none", "a recurrent state has no attention features");
 }
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
 
 void RecurrentStateImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
-                                 const KVCacheView& state, const AttentionMetadata& metadata,
-                                 const TensorView& output, const TensorView& lse) {
+                                 const KVCacheView& state, const AttentionMetadata& metadata, const TensorView& output,
+                                 const TensorView& lse) {
   (void)key;
   (void)value;
   const auto& md = metadata_cast<RecurrentStateMetadata>(metadata, RecurrentStateBackend::caps());
@@ -47,25 +47,25 @@ void RecurrentStateImpl::forward(const TensorView& query, const TensorView& key,
   const int d = params_.head_size;
   check_rows("query", query, params_.dtype, md.num_actual_tokens, heads, d);
   check_rows("output", output, params_.dtype, md.num_actual_tokens, heads, d);
-  require(lse.empty(), "lse", lse.shape_string(), "empty", "a recurrent state has no log-sum-exp");
-  require(state.data != nullptr && state.dtype == DType::kFloat32 && state.layout == KVLayout::kSplitNHD &&
-              state.block_size == 1 && state.num_kv_heads == heads && state.head_size == d,
-          "state cache", std::string(to_string(state.dtype)) + " " + std::string(to_string(state.layout)),
-          "float32 split_nhd, block_size 1, the layer's heads and head size");
-  require(md.query_start_loc.size() == sz(md.num_reqs) + 1 && md.state_slots.size() == sz(md.num_reqs) &&
-              md.has_initial_state.size() == sz(md.num_reqs),
-          "recurrent metadata", std::to_string(md.num_reqs) + " requests", "consistent array sizes");
+  ATTNKIT_REQUIRE(lse.empty(), "lse", lse.shape_string(), "empty", "a recurrent state has no log-sum-exp");
+  ATTNKIT_REQUIRE(state.data != nullptr && state.dtype == DType::kFloat32 && state.layout == KVLayout::kSplitNHD &&
+                      state.block_size == 1 && state.num_kv_heads == heads && state.head_size == d,
+                  "state cache", std::string(to_string(state.dtype)) + " " + std::string(to_string(state.layout)),
+                  "float32 split_nhd, block_size 1, the layer's heads and head size");
+  ATTNKIT_REQUIRE(md.query_start_loc.size() == sz(md.num_reqs) + 1 && md.state_slots.size() == sz(md.num_reqs) &&
+                      md.has_initial_state.size() == sz(md.num_reqs),
+                  "recurrent metadata", std::to_string(md.num_reqs) + " requests", "consistent array sizes");
   float* states = static_cast<float*>(state.data);
   const float decay = params_.state_decay;
   for (std::int32_t r = 0; r < md.num_reqs; ++r) {
     const std::int32_t begin = md.query_start_loc[sz(r)];
     const std::int32_t end = md.query_start_loc[sz(r) + 1];
-    require(begin >= 0 && begin <= end && end <= md.num_actual_tokens, "query_start_loc",
-            std::to_string(begin) + ".." + std::to_string(end), "non-decreasing within num_actual_tokens");
+    ATTNKIT_REQUIRE(begin >= 0 && begin <= end && end <= md.num_actual_tokens, "query_start_loc",
+                    std::to_string(begin) + ".." + std::to_string(end), "non-decreasing within num_actual_tokens");
     if (begin == end) continue;  // no token: the stored state stays as it is
     const std::int32_t slot = md.state_slots[sz(r)];
-    require(slot >= 0 && slot < state.num_blocks, "state slot", std::to_string(slot),
-            "[0, " + std::to_string(state.num_blocks) + ")");
+    ATTNKIT_REQUIRE(slot >= 0 && slot < state.num_blocks, "state slot", std::to_string(slot),
+                    "[0, " + std::to_string(state.num_blocks) + ")");
     const bool from_stored = md.has_initial_state[sz(r)] != 0;
     for (int h = 0; h < heads; ++h) {
       float* s = states + state.k_index(slot, 0, h);

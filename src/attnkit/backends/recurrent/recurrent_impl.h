@@ -13,9 +13,8 @@ class RecurrentStateImpl final : public AttentionImpl {
   KernelVariant variant() const override { return variant_; }
   // Per layer per step (hot path), allocation-free. `query` is x [tokens, heads, head_size];
   // key/value are unused; `state_cache` is the float32 state view (block_size 1); lse must be empty.
-  void forward(const TensorView& query, const TensorView& key, const TensorView& value,
-               const KVCacheView& state_cache, const AttentionMetadata& metadata, const TensorView& output,
-               const TensorView& lse) override;
+  void forward(const TensorView& query, const TensorView& key, const TensorView& value, const KVCacheView& state_cache,
+               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse) override;
 
  private:
   LayerParams params_;

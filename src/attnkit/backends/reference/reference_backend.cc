@@ -38,7 +38,7 @@ KernelVariant ReferenceBackend::resolve_variant(const AttentionConfig& config) {
 }
 
 std::unique_ptr<AttentionImpl> ReferenceBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require(variant == kVariant, "kernel variant", std::string(variant.name), std::string(kVariant.name),
+  ATTNKIT_REQUIRE(variant == kVariant, "kernel variant", std::string(variant.name), std::string(kVariant.name),
           "the REFERENCE backend has exactly one kernel");
   return std::make_unique<ReferenceImpl>(params);
 }

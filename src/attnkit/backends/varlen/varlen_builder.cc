@@ -12,13 +12,14 @@ namespace {
 MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
 
 std::int32_t positive(std::int32_t value, const char* field) {
-  require(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
+  ATTNKIT_REQUIRE(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
   return value;
 }
 }  // namespace
 
 VarlenMetadataBuilder::VarlenMetadataBuilder(const BuilderContext& ctx)
     : memory_(&memory_of(ctx)),
+      page_size_(positive(ctx.kernel_block_size, "kernel_block_size")),
       max_num_reqs_(positive(ctx.max_num_reqs, "max_num_reqs")),
       max_num_tokens_(positive(ctx.max_num_tokens, "max_num_tokens")),
       max_blocks_per_req_(positive(ctx.max_blocks_per_req, "max_blocks_per_req")),
@@ -26,23 +27,25 @@ VarlenMetadataBuilder::VarlenMetadataBuilder(const BuilderContext& ctx)
       seqused_k_(*memory_, static_cast<std::size_t>(max_num_reqs_)),
       block_table_(*memory_, static_cast<std::size_t>(max_num_reqs_) * static_cast<std::size_t>(max_blocks_per_req_)),
       slot_mapping_(*memory_, static_cast<std::size_t>(max_num_tokens_)),
-      metadata_(VarlenBackend::caps()) {}
+      metadata_(VarlenBackend::caps()) {
+  metadata_.page_size = page_size_;
+}
 
 // ---- per step (hot path) ------------------------------------------------------------------------
 
 void VarlenMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) const {
-  require(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
-          "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
-  require(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
-          std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
-  require(c.query_start_loc.size() >= static_cast<std::size_t>(c.num_reqs) + 1, "query_start_loc size",
-          std::to_string(c.query_start_loc.size()), ">= num_reqs + 1");
-  require(c.seq_lens.size() >= static_cast<std::size_t>(c.num_reqs), "seq_lens size",
-          std::to_string(c.seq_lens.size()), ">= num_reqs");
-  require(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
-          "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
-  require(c.slot_mapping.size() >= static_cast<std::size_t>(c.num_actual_tokens), "slot_mapping size",
-          std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
+  ATTNKIT_REQUIRE(c.num_reqs >= 0 && c.num_reqs <= max_num_reqs_, "num_reqs", std::to_string(c.num_reqs),
+                  "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
+  ATTNKIT_REQUIRE(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
+                  std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
+  ATTNKIT_REQUIRE(c.query_start_loc.size() >= static_cast<std::size_t>(c.num_reqs) + 1, "query_start_loc size",
+                  std::to_string(c.query_start_loc.size()), ">= num_reqs + 1");
+  ATTNKIT_REQUIRE(c.seq_lens.size() >= static_cast<std::size_t>(c.num_reqs), "seq_lens size",
+                  std::to_string(c.seq_lens.size()), ">= num_reqs");
+  ATTNKIT_REQUIRE(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+                  "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
+  ATTNKIT_REQUIRE(c.slot_mapping.size() >= static_cast<std::size_t>(c.num_actual_tokens), "slot_mapping size",
+                  std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
 }
 
 // Device-to-device copies. On the CPU platform device memory is host memory, so the resource's
@@ -86,11 +89,11 @@ const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix
 const AttentionMetadata& VarlenMetadataBuilder::update_block_table(const AttentionMetadata& planned,
                                                                    const CommonAttentionMetadata& common) {
   const auto& plan = metadata_cast<VarlenMetadata>(planned, VarlenBackend::caps());
-  require(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens,
-          "update_block_table batch", std::to_string(common.num_reqs) + " reqs / " +
-                                          std::to_string(common.num_actual_tokens) + " tokens",
-          std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) + " tokens",
-          "a plan is reused only for a group with the same batch structure");
+  ATTNKIT_REQUIRE(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens,
+                  "update_block_table batch",
+                  std::to_string(common.num_reqs) + " reqs / " + std::to_string(common.num_actual_tokens) + " tokens",
+                  std::to_string(plan.num_reqs) + " reqs / " + std::to_string(plan.num_actual_tokens) + " tokens",
+                  "a plan is reused only for a group with the same batch structure");
   check_capacity(common);
   if (&plan != &metadata_) {
     cu_seqlens_q_.upload(plan.cu_seqlens_q);

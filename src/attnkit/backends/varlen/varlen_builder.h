@@ -30,6 +30,7 @@ class VarlenMetadataBuilder final : public MetadataBuilder {
   void copy_block_table_and_slots(const CommonAttentionMetadata& common);
 
   MemoryResource* memory_;
+  std::int32_t page_size_;
   std::int32_t max_num_reqs_;
   std::int32_t max_num_tokens_;
   std::int32_t max_blocks_per_req_;

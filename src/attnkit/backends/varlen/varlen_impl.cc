@@ -21,27 +21,25 @@ void check_combination_rules(const BackendCaps& caps, const LayerParams& p) {
   config.attn_type = p.attn_type;
   config.features = p.required_features();
   for (const CombinationRule& rule : caps.combination_rules) {
-    require(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
-            std::string(caps.name) + ": " + std::string(rule.explanation));
+    ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
+                    std::string(caps.name) + ": " + std::string(rule.explanation));
   }
 }
 }  // namespace
 
 VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
-    : params_(params),
-      variant_(variant),
-      kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  require(variant == kVarlenCpuVariant, "kernel variant", std::string(variant.name),
-          std::string(kVarlenCpuVariant.name), "VARLEN runs only the variants it resolves");
+    : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
+  ATTNKIT_REQUIRE(variant == kVarlenCpuVariant, "kernel variant", std::string(variant.name),
+                  std::string(kVarlenCpuVariant.name), "VARLEN runs only the variants it resolves");
   check_combination_rules(VarlenBackend::caps(), params_);
-  require(params_.alibi_slopes.empty() || static_cast<int>(params_.alibi_slopes.size()) == params_.num_q_heads,
-          "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0 or num_q_heads");
-  require(params_.sinks.empty() || static_cast<int>(params_.sinks.size()) == params_.num_q_heads, "sinks size",
-          std::to_string(params_.sinks.size()), "0 or num_q_heads");
-  require(!params_.sliding_window || *params_.sliding_window > 0, "sliding_window",
-          std::to_string(params_.sliding_window.value_or(0)), "> 0");
-  require(!params_.soft_cap || *params_.soft_cap > 0.0f, "soft_cap", std::to_string(params_.soft_cap.value_or(0)),
-          "> 0");
+  ATTNKIT_REQUIRE(params_.alibi_slopes.empty() || static_cast<int>(params_.alibi_slopes.size()) == params_.num_q_heads,
+                  "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0 or num_q_heads");
+  ATTNKIT_REQUIRE(params_.sinks.empty() || static_cast<int>(params_.sinks.size()) == params_.num_q_heads, "sinks size",
+                  std::to_string(params_.sinks.size()), "0 or num_q_heads");
+  ATTNKIT_REQUIRE(!params_.sliding_window || *params_.sliding_window > 0, "sliding_window",
+                  std::to_string(params_.sliding_window.value_or(0)), "> 0");
+  ATTNKIT_REQUIRE(!params_.soft_cap || *params_.soft_cap > 0.0f, "soft_cap",
+                  std::to_string(params_.soft_cap.value_or(0)), "> 0");
   kernel_params_.score.scale = params_.softmax_scale();
   kernel_params_.score.soft_cap = params_.soft_cap.value_or(0.0f);
   kernel_params_.score.sliding_window = params_.sliding_window.value_or(0);
@@ -61,24 +59,27 @@ void VarlenImpl::forward(const TensorView& query, const TensorView& key, const T
   (void)value;
   const auto& md = metadata_cast<VarlenMetadata>(metadata, VarlenBackend::caps());
   const bool decoder = params_.attn_type == AttentionType::kDecoder;
-  require(md.causal == decoder, "metadata causal", md.causal ? "true" : "false", decoder ? "true" : "false",
-          "decoder layers are causal, encoder layers are not");
-  require(kv_cache.layout == KVLayout::kFusedHND, "kv_cache layout", std::string(to_string(kv_cache.layout)),
-          "fused_hnd");
-  kernels::check_paged_attention_io(kernel_params_, params_.dtype, params_.kv_cache_dtype, md.num_actual_tokens,
-                                    query, kv_cache, output, lse);
-  require(md.cu_seqlens_q.size() == static_cast<std::size_t>(md.num_reqs) + 1 && md.num_reqs >= 0 &&
-              md.seqused_k.size() == static_cast<std::size_t>(md.num_reqs) && md.block_table.num_rows >= md.num_reqs,
-          "varlen metadata", std::to_string(md.num_reqs) + " requests", "consistent array sizes");
+  ATTNKIT_REQUIRE(md.causal == decoder, "metadata causal", md.causal ? "true" : "false", decoder ? "true" : "false",
+                  "decoder layers are causal, encoder layers are not");
+  ATTNKIT_REQUIRE(kv_cache.layout == KVLayout::kFusedHND, "kv_cache layout", std::string(to_string(kv_cache.layout)),
+                  "fused_hnd");
+  ATTNKIT_REQUIRE(md.page_size == kv_cache.block_size, "kv_cache block_size", std::to_string(kv_cache.block_size),
+                  std::to_string(md.page_size), "the page size the block table counts in");
+  kernels::check_paged_attention_io(kernel_params_, params_.dtype, params_.kv_cache_dtype, md.num_actual_tokens, query,
+                                    kv_cache, output, lse);
+  ATTNKIT_REQUIRE(md.cu_seqlens_q.size() == static_cast<std::size_t>(md.num_reqs) + 1 && md.num_reqs >= 0 &&
+                      md.seqused_k.size() == static_cast<std::size_t>(md.num_reqs) &&
+                      md.block_table.num_rows >= md.num_reqs,
+                  "varlen metadata", std::to_string(md.num_reqs) + " requests", "consistent array sizes");
   kernel_params_.score.causal = md.causal;
 
   // One "launch": every request of the mixed batch, whatever its query length.
   for (std::int32_t r = 0; r < md.num_reqs; ++r) {
     const std::int32_t q_begin = md.cu_seqlens_q[static_cast<std::size_t>(r)];
     const std::int32_t q_end = md.cu_seqlens_q[static_cast<std::size_t>(r) + 1];
-    require(q_begin >= 0 && q_begin <= q_end && q_end <= md.num_actual_tokens, "cu_seqlens_q",
-            std::to_string(q_begin) + ".." + std::to_string(q_end),
-            "non-decreasing within [0, " + std::to_string(md.num_actual_tokens) + "]");
+    ATTNKIT_REQUIRE(q_begin >= 0 && q_begin <= q_end && q_end <= md.num_actual_tokens, "cu_seqlens_q",
+                    std::to_string(q_begin) + ".." + std::to_string(q_end),
+                    "non-decreasing within [0, " + std::to_string(md.num_actual_tokens) + "]");
     kernels::PagedSequence seq;
     seq.pages = md.block_table.row(r);
     seq.seq_len = md.seqused_k[static_cast<std::size_t>(r)];

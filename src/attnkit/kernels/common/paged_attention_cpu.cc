@@ -8,12 +8,16 @@
 namespace attnkit::kernels {
 
 namespace {
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+
 void check_rows(const char* name, const TensorView& t, DType dtype, std::int64_t num_tokens, int heads, int head_size) {
   const bool ok = t.data != nullptr && t.dtype == dtype && t.ndim == (head_size > 0 ? 3 : 2) &&
                   t.dim(0) >= num_tokens && t.dim(1) == heads && (head_size == 0 || t.dim(2) == head_size);
-  std::string want = std::string(to_string(dtype)) + " [>= " + std::to_string(num_tokens) + ", " +
-                     std::to_string(heads) + (head_size > 0 ? ", " + std::to_string(head_size) : "") + "]";
-  require(ok, name, std::string(to_string(t.dtype)) + " " + t.shape_string(), want);
+  if (ok) [[likely]]
+    return;  // the message is built only on failure: this runs per layer
+  const std::string want = std::string(to_string(dtype)) + " [>= " + std::to_string(num_tokens) + ", " +
+                           std::to_string(heads) + (head_size > 0 ? ", " + std::to_string(head_size) : "") + "]";
+  ATTNKIT_REQUIRE(ok, name, std::string(to_string(t.dtype)) + " " + t.shape_string(), want);
 }
 }  // namespace
 
@@ -23,42 +27,49 @@ void check_paged_attention_io(const PagedAttentionParams& params, DType activati
   check_rows("query", query, activation_dtype, num_tokens, params.num_q_heads, params.head_size);
   check_rows("output", output, activation_dtype, num_tokens, params.num_q_heads, params.head_size);
   if (!lse.empty()) check_rows("lse", lse, DType::kFloat32, num_tokens, params.num_q_heads, 0);
-  require(kv.data != nullptr && kv.num_kv_heads == params.num_kv_heads && kv.head_size == params.head_size &&
-              kv.block_size > 0,
-          "kv_cache", std::to_string(kv.num_kv_heads) + " heads x " + std::to_string(kv.head_size),
-          std::to_string(params.num_kv_heads) + " heads x " + std::to_string(params.head_size));
-  require(kv.dtype == kv_cache_dtype, "kv_cache dtype", std::string(to_string(kv.dtype)),
-          std::string(to_string(kv_cache_dtype)), "the cache bound to the layer differs from its configuration");
+  ATTNKIT_REQUIRE(kv.data != nullptr && kv.num_kv_heads == params.num_kv_heads && kv.head_size == params.head_size &&
+                      kv.block_size > 0,
+                  "kv_cache", std::to_string(kv.num_kv_heads) + " heads x " + std::to_string(kv.head_size),
+                  std::to_string(params.num_kv_heads) + " heads x " + std::to_string(params.head_size));
+  ATTNKIT_REQUIRE(kv.dtype == kv_cache_dtype, "kv_cache dtype", std::string(to_string(kv.dtype)),
+                  std::string(to_string(kv_cache_dtype)),
+                  "the cache bound to the layer differs from its configuration");
 }
 
 PagedAttentionCpu::PagedAttentionCpu(int num_q_heads, int num_kv_heads, int head_size) {
-  require(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0, "num_q_heads",
-          std::to_string(num_q_heads), "a positive multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")");
-  require(head_size > 0, "head_size", std::to_string(head_size), "> 0");
+  ATTNKIT_REQUIRE(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0, "num_q_heads",
+                  std::to_string(num_q_heads),
+                  "a positive multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")");
+  ATTNKIT_REQUIRE(head_size > 0, "head_size", std::to_string(head_size), "> 0");
   group_ = num_q_heads / num_kv_heads;
   head_size_ = head_size;
-  const std::size_t rows = static_cast<std::size_t>(kQueryTile) * static_cast<std::size_t>(group_);
-  q_rows_.resize(rows * static_cast<std::size_t>(head_size));
-  acc_rows_.resize(rows * static_cast<std::size_t>(head_size));
+  const std::size_t rows = sz(kQueryTile) * sz(group_);
+  q_rows_.resize(rows * sz(head_size));
+  acc_rows_.resize(rows * sz(head_size));
   states_.resize(rows);
-  k_row_.resize(static_cast<std::size_t>(head_size));
-  v_row_.resize(static_cast<std::size_t>(head_size));
-  ranges_.resize(static_cast<std::size_t>(kQueryTile));
+  k_row_.resize(sz(head_size));
+  v_row_.resize(sz(head_size));
+  ranges_.resize(sz(kQueryTile));
 }
 
 // ---- per request (hot path) ---------------------------------------------------------------------
 
 void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSequence& seq, const TensorView& query,
                             const KVCacheView& kv, const TensorView& output, const TensorView& lse) {
-  require(params.num_kv_heads * group_ == params.num_q_heads && params.head_size == head_size_, "kernel params",
-          std::to_string(params.num_q_heads) + "/" + std::to_string(params.num_kv_heads) + "/" +
-              std::to_string(params.head_size),
-          "the heads and head size the kernel was built for");
-  require(seq.query_len >= 0 && seq.seq_len >= seq.query_len, "seq_len", std::to_string(seq.seq_len),
-          ">= query_len (" + std::to_string(seq.query_len) + ")", "a request's context length cannot be negative");
+  ATTNKIT_REQUIRE(params.num_kv_heads * group_ == params.num_q_heads && params.head_size == head_size_, "kernel params",
+                  std::to_string(params.num_q_heads) + "/" + std::to_string(params.num_kv_heads) + "/" +
+                      std::to_string(params.head_size),
+                  "the heads and head size the kernel was built for");
+  ATTNKIT_REQUIRE(seq.query_len >= 0 && seq.seq_len >= seq.query_len, "seq_len", std::to_string(seq.seq_len),
+                  ">= query_len (" + std::to_string(seq.query_len) + ")",
+                  "a request's context length cannot be negative");
+  ATTNKIT_REQUIRE(seq.query_begin >= 0 && seq.query_begin + seq.query_len <= std::min(query.dim(0), output.dim(0)) &&
+                      (lse.empty() || seq.query_begin + seq.query_len <= lse.dim(0)),
+                  "query rows of a request", std::to_string(seq.query_begin) + " + " + std::to_string(seq.query_len),
+                  "within the query/output/lse tensors");
   const std::int64_t pages_needed = (seq.seq_len + kv.block_size - 1) / kv.block_size;
-  require(static_cast<std::int64_t>(seq.pages.size()) >= pages_needed, "pages of a request",
-          std::to_string(seq.pages.size()), ">= ceil(seq_len / block_size) = " + std::to_string(pages_needed));
+  ATTNKIT_REQUIRE(static_cast<std::int64_t>(seq.pages.size()) >= pages_needed, "pages of a request",
+                  std::to_string(seq.pages.size()), ">= ceil(seq_len / block_size) = " + std::to_string(pages_needed));
   for (int kv_head = 0; kv_head < params.num_kv_heads; ++kv_head) {
     for (std::int64_t tile_begin = 0; tile_begin < seq.query_len; tile_begin += kQueryTile) {
       const int tile_len = static_cast<int>(std::min<std::int64_t>(kQueryTile, seq.query_len - tile_begin));
@@ -68,8 +79,8 @@ void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSeque
 }
 
 void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const PagedSequence& seq, int kv_head,
-                                 std::int64_t tile_begin, int tile_len, const TensorView& query,
-                                 const KVCacheView& kv, const TensorView& output, const TensorView& lse) {
+                                 std::int64_t tile_begin, int tile_len, const TensorView& query, const KVCacheView& kv,
+                                 const TensorView& output, const TensorView& lse) {
   const int d = head_size_;
   const int g = group_;
   const std::int64_t context = seq.seq_len - seq.query_len;
@@ -82,16 +93,16 @@ void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const Paged
     const std::int64_t row = seq.query_begin + tile_begin + t;
     for (int gi = 0; gi < g; ++gi) {
       const int h = kv_head * g + gi;
-      float* q = &q_rows_[static_cast<std::size_t>((t * g + gi) * d)];
-      float* acc = &acc_rows_[static_cast<std::size_t>((t * g + gi) * d)];
+      float* q = &q_rows_[sz((t * g + gi) * d)];
+      float* acc = &acc_rows_[sz((t * g + gi) * d)];
       for (int c = 0; c < d; ++c) {
         q[c] = query.get(row, h, c);
         acc[c] = 0.0f;
       }
-      states_[static_cast<std::size_t>(t * g + gi)] = SoftmaxState{};
+      states_[sz(t * g + gi)] = SoftmaxState{};
     }
     const KeyRange r = visible_keys(params.score, context + tile_begin + t, seq.seq_len);
-    ranges_[static_cast<std::size_t>(t)] = r;
+    ranges_[sz(t)] = r;
     if (r.first <= r.last) {
       lo = std::min(lo, r.first);
       hi = std::max(hi, r.last);
@@ -101,32 +112,32 @@ void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const Paged
   // Walk the visible keys page by page; each K/V row is loaded once for the whole tile.
   // (lo > hi when no query of the tile sees a key: the loop is empty and the rows stay empty.)
   for (std::int64_t page = lo / block; hi >= lo && page <= hi / block; ++page) {
-    const std::int32_t physical = seq.pages[static_cast<std::size_t>(page)];
-    require(physical >= 0 && physical < kv.num_blocks, "physical page", std::to_string(physical),
-            "[0, " + std::to_string(kv.num_blocks) + ")", "a page table entry points outside the KV cache");
+    const std::int32_t physical = seq.pages[sz(page)];
+    ATTNKIT_REQUIRE(physical >= 0 && physical < kv.num_blocks, "physical page", std::to_string(physical),
+                    "[0, " + std::to_string(kv.num_blocks) + ")", "a page table entry points outside the KV cache");
     const std::int64_t j_end = std::min(hi, page * block + block - 1);
     for (std::int64_t j = std::max(lo, page * block); j <= j_end; ++j) {
       const std::int64_t k_base = kv.k_index(physical, j - page * block, kv_head);
-      for (int c = 0; c < d; ++c) k_row_[static_cast<std::size_t>(c)] = load_float(kv.data, k_base + c, kv.dtype) * kv.k_scale;
+      for (int c = 0; c < d; ++c) k_row_[sz(c)] = load_float(kv.data, k_base + c, kv.dtype) * kv.k_scale;
       bool v_loaded = false;
       for (int t = 0; t < tile_len; ++t) {
-        const KeyRange r = ranges_[static_cast<std::size_t>(t)];
+        const KeyRange r = ranges_[sz(t)];
         if (j < r.first || j > r.last) continue;
         if (!v_loaded) {
           const std::int64_t v_base = kv.v_index(physical, j - page * block, kv_head);
-          for (int c = 0; c < d; ++c) v_row_[static_cast<std::size_t>(c)] = load_float(kv.data, v_base + c, kv.dtype) * kv.v_scale;
+          for (int c = 0; c < d; ++c) v_row_[sz(c)] = load_float(kv.data, v_base + c, kv.dtype) * kv.v_scale;
           v_loaded = true;
         }
         const std::int64_t pos = context + tile_begin + t;
         for (int gi = 0; gi < g; ++gi) {
           const int h = kv_head * g + gi;
-          const float* q = &q_rows_[static_cast<std::size_t>((t * g + gi) * d)];
+          const float* q = &q_rows_[sz((t * g + gi) * d)];
           float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += q[c] * k_row_[static_cast<std::size_t>(c)];
-          const float slope = params.alibi_slopes.empty() ? 0.0f : params.alibi_slopes[static_cast<std::size_t>(h)];
-          const SoftmaxState::Step step = states_[static_cast<std::size_t>(t * g + gi)].add(logit(params.score, dot, slope, j, pos));
-          float* acc = &acc_rows_[static_cast<std::size_t>((t * g + gi) * d)];
-          for (int c = 0; c < d; ++c) acc[c] = acc[c] * step.rescale + step.weight * v_row_[static_cast<std::size_t>(c)];
+          for (int c = 0; c < d; ++c) dot += q[c] * k_row_[sz(c)];
+          const float slope = params.alibi_slopes.empty() ? 0.0f : params.alibi_slopes[sz(h)];
+          const SoftmaxState::Step step = states_[sz(t * g + gi)].add(logit(params.score, dot, slope, j, pos));
+          float* acc = &acc_rows_[sz((t * g + gi) * d)];
+          for (int c = 0; c < d; ++c) acc[c] = acc[c] * step.rescale + step.weight * v_row_[sz(c)];
         }
       }
     }
@@ -137,10 +148,10 @@ void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const Paged
     const std::int64_t row = seq.query_begin + tile_begin + t;
     for (int gi = 0; gi < g; ++gi) {
       const int h = kv_head * g + gi;
-      SoftmaxState& st = states_[static_cast<std::size_t>(t * g + gi)];
-      float* acc = &acc_rows_[static_cast<std::size_t>((t * g + gi) * d)];
+      SoftmaxState& st = states_[sz(t * g + gi)];
+      float* acc = &acc_rows_[sz((t * g + gi) * d)];
       float rescale = 1.0f;
-      if (!st.empty() && !params.sinks.empty()) rescale = st.add_sink(params.sinks[static_cast<std::size_t>(h)]);
+      if (!st.empty() && !params.sinks.empty()) rescale = st.add_sink(params.sinks[sz(h)]);
       const float factor = rescale * st.inverse_sum();
       for (int c = 0; c < d; ++c) output.set(acc[c] * factor, row, h, c);
       if (!lse.empty()) lse.set(st.lse(), row, h);

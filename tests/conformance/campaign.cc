@@ -1,0 +1,332 @@
+#include "conformance/campaign.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/core/error.h"
+#include "attnkit/replay/replay.h"
+#include "attnkit/selection/validate.h"
+#include "conformance/compare.h"
+#include "conformance/runner_driver.h"
+
+namespace attnkit::testing {
+
+namespace {
+
+// Enough to cover every declared value a few times over and to mix features at random; sized so
+// the whole executable stays well under 30 s on one core.
+constexpr int kRandomRunsPerBackend = 400;
+constexpr int kRunsPerPinnedValue = 3;
+constexpr int kDrawAttempts = 300;
+constexpr std::size_t kMaxFailureLines = 8;
+
+template <class T>
+T pick(std::mt19937& rng, const std::vector<T>& options) {
+  return options[std::uniform_int_distribution<std::size_t>(0, options.size() - 1)(rng)];
+}
+bool coin(std::mt19937& rng, double p) { return std::bernoulli_distribution(p)(rng); }
+int uniform_int(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+float uniform_float(std::mt19937& rng, float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+
+template <class T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// Attention types the runner path can express: replay maps causal -> decoder and non-causal ->
+// encoder_only; the runner driver adds encoder. Cross attention has no record form.
+bool reachable(AttentionType t) { return t != AttentionType::kCross; }
+
+std::uint32_t seed_of(std::string_view name) {
+  std::uint32_t h = 2166136261u;  // FNV-1a: stable across standard libraries, unlike std::hash
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return h;
+}
+
+// The features a case asks for, i.e. what the selector sees.
+FeatureSet features_of(const ConformanceCase& c) {
+  FeatureSet f;
+  if (c.batch.sliding_window) f.add(Feature::kSlidingWindow);
+  if (c.batch.soft_cap) f.add(Feature::kSoftCap);
+  if (c.batch.sinks) f.add(Feature::kSinks);
+  if (c.batch.alibi) f.add(Feature::kAlibi);
+  if (c.want_lse) f.add(Feature::kReturnLse);
+  if (c.cascade) f.add(Feature::kCascade);
+  return f;
+}
+
+// --- drawing a case from the caps ------------------------------------------------------------
+
+ConformanceCase draw_case(std::mt19937& rng, const BackendCaps& caps, const std::vector<int>& blocks) {
+  ConformanceCase c;
+  RandomBatchOptions& b = c.batch;
+  const auto heads = pick<std::pair<int, int>>(rng, {{4, 1}, {4, 2}, {4, 4}, {2, 1}});
+  b.num_q_heads = heads.first;
+  b.num_kv_heads = heads.second;
+  b.dtype = pick(rng, caps.dtypes);
+  b.kv_dtype = pick(rng, caps.kv_cache_dtypes);
+  // Mostly the smallest head size keeps the run fast; the pinned runs visit every declared size.
+  b.head_size = coin(rng, 0.75) ? *std::min_element(caps.head_sizes.begin(), caps.head_sizes.end())
+                                : pick(rng, caps.head_sizes);
+  c.kernel_block_size = pick(rng, blocks);
+  b.page_size = c.kernel_block_size;
+  // K5: sometimes a manager page of two kernel pages, the kernel page size forced through replay.
+  if (coin(rng, 0.2) && caps.block_sizes.contains(2 * c.kernel_block_size)) b.page_size = 2 * c.kernel_block_size;
+  c.layout = pick(rng, caps.kv_layouts);
+  std::vector<AttentionType> types;
+  for (AttentionType t : caps.attention_types) {
+    if (reachable(t)) types.push_back(t);
+  }
+  c.attn_type = contains(types, AttentionType::kDecoder) && coin(rng, 0.6) ? AttentionType::kDecoder : pick(rng, types);
+  const FeatureSet& declared = caps.features;
+  if (declared.has(Feature::kSlidingWindow) && coin(rng, 0.3))
+    b.sliding_window = coin(rng, 0.2) ? 1 : uniform_int(rng, 2, 40);
+  if (declared.has(Feature::kSoftCap) && coin(rng, 0.3)) b.soft_cap = uniform_float(rng, 1.0f, 8.0f);
+  if (declared.has(Feature::kSinks) && coin(rng, 0.3)) b.sinks = true;
+  if (declared.has(Feature::kAlibi) && coin(rng, 0.3)) b.alibi = true;
+  if (declared.has(Feature::kReturnLse) && coin(rng, 0.4)) c.want_lse = true;
+  if (declared.has(Feature::kCascade) && coin(rng, 0.2)) c.cascade = true;
+  if (coin(rng, 0.2)) b.scale = uniform_float(rng, 0.05f, 0.3f);
+  b.q_magnitude = coin(rng, 0.5) ? 1.0f : 2.5f;
+  return c;
+}
+
+// Fields that follow from the axes: causality, fp8 scales, lengths, the shared prefix.
+void finalize(std::mt19937& rng, ConformanceCase& c) {
+  RandomBatchOptions& b = c.batch;
+  b.causal = c.attn_type == AttentionType::kDecoder;
+  if (is_fp8(b.kv_dtype)) {
+    // Real values are N(0, 1): stored values stay inside e4m3's +-448 for every scale here.
+    b.k_scale = pick<float>(rng, {0.05f, 0.25f, 1.0f});
+    b.v_scale = pick<float>(rng, {0.04f, 0.5f, 1.0f});
+  }
+  b.max_reqs = 4;
+  // Cost grows with tokens x keys: lengths up to ~100 (64 for the largest heads), often shorter.
+  b.max_seq_len = uniform_int(rng, 16, b.head_size >= 192 ? 64 : 100);
+  b.shared_prefix_pages = 0;
+  b.min_reqs = 1;
+  if (c.cascade) {
+    b.min_reqs = 2;
+    b.shared_prefix_pages = uniform_int(rng, 1, std::max(1, (b.max_seq_len - 8) / b.page_size));
+    b.max_seq_len = std::max(b.max_seq_len, b.shared_prefix_pages * b.page_size + 8);
+  }
+}
+
+bool valid(const BackendCaps& caps, const ConformanceCase& c) { return validate(caps, c.config()).empty(); }
+
+// --- one run -----------------------------------------------------------------------------------
+
+bool metadata_takes_cascade(const nlohmann::json& j) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (key == "use_cascade" && value.is_boolean() && value.get<bool>()) return true;
+      if (metadata_takes_cascade(value)) return true;
+    }
+  } else if (j.is_array()) {
+    for (const auto& value : j) {
+      if (metadata_takes_cascade(value)) return true;
+    }
+  }
+  return false;
+}
+
+void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov) {
+  cov.dtypes.insert(c.batch.dtype);
+  cov.kv_dtypes.insert(c.batch.kv_dtype);
+  cov.head_sizes.insert(c.batch.head_size);
+  cov.kernel_block_sizes.insert(c.kernel_block_size);
+  cov.layouts.insert(c.layout);
+  cov.attn_types.insert(c.attn_type);
+  if (c.batch.sliding_window) cov.features.insert(Feature::kSlidingWindow);
+  if (c.batch.sliding_window == 1) cov.window_of_one = true;
+  if (c.batch.soft_cap) cov.features.insert(Feature::kSoftCap);
+  if (c.batch.sinks) cov.features.insert(Feature::kSinks);
+  if (c.batch.alibi) cov.features.insert(Feature::kAlibi);
+  if (c.want_lse) cov.features.insert(Feature::kReturnLse);
+  if (c.cascade && cascade_taken) cov.features.insert(Feature::kCascade);
+}
+
+// Runs `record` as case `c`; returns "" or why it failed.
+std::string check_case(const BackendType& backend, const ConformanceCase& c, const BatchRecord& record, Coverage& cov) {
+  ReplayOptions options;
+  options.backend = std::string(backend.name());
+  options.want_lse = c.want_lse;
+  options.check_invariants = true;
+  options.cascade = c.cascade ? CascadePolicy::kAlways : CascadePolicy::kNever;
+  options.kv_layout = c.layout;
+  options.kernel_block_size = c.kernel_block_size;
+  ReplayResult result;
+  try {
+    // Shared pages and the encoder type have no record form yet (see runner_driver.h).
+    result = c.cascade || c.attn_type == AttentionType::kEncoder ? run_on_runner(record, options, c.attn_type)
+                                                                 : replay_batch(record, options);
+  } catch (const std::exception& e) {
+    return std::string("threw: ") + e.what();
+  }
+  // S6: the backend and the kernel variant the selector names are the ones that ran.
+  if (result.backend != backend.name()) return "ran backend " + result.backend;
+  const std::string_view variant = backend.resolve_variant(c.config()).name;
+  if (result.variant != variant) return "ran variant " + result.variant + ", expected " + std::string(variant);
+  const nlohmann::json common = nlohmann::json::parse(result.common_metadata_json);
+  if (common.value("kernel_block_size", -1) != c.kernel_block_size)
+    return "kernel_block_size " + common["kernel_block_size"].dump() + " in the metadata";
+  const bool cascade_taken = metadata_takes_cascade(nlohmann::json::parse(result.backend_metadata_json));
+  if (c.cascade && record.requests.size() >= 2 && !cascade_taken)
+    return "cascade forced over a shared prefix, but the metadata does not take the cascade path";
+  record_coverage(c, cascade_taken, cov);
+  return compare_with_dense(record, result, c.want_lse);
+}
+
+std::string describe_record(const BatchRecord& r) {
+  std::ostringstream os;
+  for (const auto& q : r.requests) os << " " << q.query_len << "/" << q.seq_len;
+  return os.str();
+}
+
+// Runs one random batch of case `c`; returns "" or why it failed, with the batch's lengths.
+std::string run_case(const BackendType& backend, const ConformanceCase& c, std::mt19937& rng, Coverage& cov) {
+  const BatchRecord record = random_batch(rng, c.batch);
+  const std::string why = check_case(backend, c, record, cov);
+  return why.empty() ? why : "q/seq" + describe_record(record) + ": " + why;
+}
+
+}  // namespace
+
+AttentionConfig ConformanceCase::config() const {
+  AttentionConfig c;
+  c.platform = Platform::cpu();
+  c.dtype = batch.dtype;
+  c.kv_cache_dtype = batch.kv_dtype;
+  c.head_size = batch.head_size;
+  c.num_q_heads = batch.num_q_heads;
+  c.num_kv_heads = batch.num_kv_heads;
+  c.block_size = batch.page_size;  // the runner validates the manager page size
+  c.kv_layout = layout;
+  c.attn_type = attn_type;
+  c.kv_spec_kind = batch.sliding_window ? KVSpecKind::kSlidingWindow : KVSpecKind::kFullAttention;
+  c.features = features_of(*this);
+  return c;
+}
+
+std::string ConformanceCase::describe() const {
+  std::ostringstream os;
+  os << to_string(batch.dtype) << "/" << to_string(batch.kv_dtype);
+  if (is_fp8(batch.kv_dtype)) os << " (scales " << batch.k_scale << ", " << batch.v_scale << ")";
+  os << " heads " << batch.num_q_heads << "/" << batch.num_kv_heads << " d " << batch.head_size << " page "
+     << batch.page_size << " kernel block " << kernel_block_size << " " << to_string(layout) << " "
+     << to_string(attn_type) << " window " << batch.sliding_window.value_or(0) << " cap "
+     << batch.soft_cap.value_or(0) << " scale " << batch.scale.value_or(0) << " sinks " << batch.sinks << " alibi "
+     << batch.alibi << " lse " << want_lse << " cascade " << cascade << " (prefix pages "
+     << batch.shared_prefix_pages << ")";
+  return os.str();
+}
+
+std::vector<int> block_size_candidates(const BackendCaps& caps) {
+  std::vector<int> out = caps.block_sizes.sizes;
+  if (const int m = caps.block_sizes.multiple_of; m > 0) {
+    for (int k = 1; k <= 3; ++k) out.push_back(k * m);
+    out.push_back((16 + m - 1) / m * m);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+CampaignResult run_campaign(const BackendType& backend, int random_runs) {
+  const BackendCaps& caps = backend.caps();
+  const std::vector<int> blocks = block_size_candidates(caps);
+  std::mt19937 rng(seed_of(caps.name));
+  CampaignResult result;
+  std::vector<std::string> all_failures;
+
+  auto run = [&](const ConformanceCase& c) {
+    // The batch gets its own seed so a failure line is enough to reproduce the batch.
+    const std::uint32_t batch_seed = static_cast<std::uint32_t>(rng());
+    std::mt19937 batch_rng(batch_seed);
+    const std::string why = run_case(backend, c, batch_rng, result.coverage);
+    ++result.runs;
+    if (why.empty()) return;
+    all_failures.push_back(c.describe() + "; batch seed " + std::to_string(batch_seed) + ", " + why);
+  };
+
+  // Draw until the selector accepts the case; `pin` fixes one declared value first.
+  auto draw_valid = [&](const std::function<void(ConformanceCase&)>& pin, ConformanceCase& out) {
+    for (int attempt = 0; attempt < kDrawAttempts; ++attempt) {
+      ConformanceCase c = draw_case(rng, caps, blocks);
+      if (pin) pin(c);
+      finalize(rng, c);
+      if (valid(caps, c)) {
+        out = c;
+        return true;
+      }
+    }
+    return false;
+  };
+
+  // Every declared value of every axis, pinned a few times.
+  std::vector<std::pair<std::string, std::function<void(ConformanceCase&)>>> pins;
+  for (DType d : caps.dtypes) pins.push_back({"dtype " + std::string(to_string(d)), [d](auto& c) { c.batch.dtype = d; }});
+  for (DType d : caps.kv_cache_dtypes)
+    pins.push_back({"kv_cache_dtype " + std::string(to_string(d)), [d](auto& c) { c.batch.kv_dtype = d; }});
+  for (int h : caps.head_sizes) pins.push_back({"head_size " + std::to_string(h), [h](auto& c) { c.batch.head_size = h; }});
+  for (int b : blocks)
+    pins.push_back({"block_size " + std::to_string(b), [b](auto& c) { c.kernel_block_size = c.batch.page_size = b; }});
+  for (KVLayout l : caps.kv_layouts)
+    pins.push_back({"kv_layout " + std::string(to_string(l)), [l](auto& c) { c.layout = l; }});
+  for (AttentionType t : caps.attention_types) {
+    if (reachable(t)) pins.push_back({"attn_type " + std::string(to_string(t)), [t](auto& c) { c.attn_type = t; }});
+  }
+  const FeatureSet& f = caps.features;
+  if (f.has(Feature::kSlidingWindow)) {
+    pins.push_back({"sliding_window", [](auto& c) { c.batch.sliding_window = 17; }});
+    pins.push_back({"sliding_window 1", [](auto& c) { c.batch.sliding_window = 1; }});
+  }
+  if (f.has(Feature::kSoftCap)) pins.push_back({"soft_cap", [](auto& c) { c.batch.soft_cap = 2.0f; }});
+  if (f.has(Feature::kSinks)) pins.push_back({"sinks", [](auto& c) { c.batch.sinks = true; }});
+  if (f.has(Feature::kAlibi)) pins.push_back({"alibi", [](auto& c) { c.batch.alibi = true; }});
+  if (f.has(Feature::kReturnLse)) pins.push_back({"return_lse", [](auto& c) { c.want_lse = true; }});
+  if (f.has(Feature::kCascade)) pins.push_back({"cascade", [](auto& c) { c.cascade = true; }});
+
+  for (const auto& [what, pin] : pins) {
+    for (int i = 0; i < kRunsPerPinnedValue; ++i) {
+      ConformanceCase c;
+      if (!draw_valid(pin, c)) {
+        result.unreachable.push_back(what + ": no configuration with it validates");
+        break;
+      }
+      run(c);
+    }
+  }
+  for (int i = 0; i < random_runs; ++i) {
+    ConformanceCase c;
+    if (draw_valid(nullptr, c)) run(c);
+  }
+  // What kinds of failure, so one systematic bug does not hide another behind the cap.
+  std::map<std::string, int> kinds;
+  for (const auto& line : all_failures) {
+    const std::size_t at = line.find(": ", line.find("q/seq"));
+    ++kinds[line.substr(at == std::string::npos ? 0 : at + 2, 70)];
+  }
+  if (all_failures.size() > kMaxFailureLines) {
+    const std::size_t total = all_failures.size();
+    all_failures.resize(kMaxFailureLines);
+    all_failures.push_back("... " + std::to_string(total - kMaxFailureLines) + " more failing runs");
+  }
+  for (const auto& [kind, count] : kinds) all_failures.push_back(std::to_string(count) + " x " + kind);
+  result.failures = std::move(all_failures);
+  return result;
+}
+
+const CampaignResult& campaign_for(const BackendType& backend) {
+  static std::map<std::string, CampaignResult, std::less<>> done;
+  auto it = done.find(backend.name());
+  if (it == done.end()) it = done.emplace(std::string(backend.name()), run_campaign(backend, kRandomRunsPerBackend)).first;
+  return it->second;
+}
+
+}  // namespace attnkit::testing

@@ -1,0 +1,60 @@
+// The conformance campaign of one backend: configurations derived from its BackendCaps (never
+// from a hand-written list), random batches run through the real runner path with the backend
+// named explicitly and the invariant checker on, every output compared with the independent
+// dense attention, and a record of which declared capabilities the runs actually exercised (S6).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attnkit/backends/backend.h"
+#include "support/random_batch.h"
+
+namespace attnkit::testing {
+
+// One configuration of one run, drawn from the backend's caps.
+struct ConformanceCase {
+  RandomBatchOptions batch;
+  AttentionType attn_type = AttentionType::kDecoder;
+  KVLayout layout = KVLayout::kFusedHND;
+  int kernel_block_size = 16;  // == batch.page_size, or a divisor of it forced through replay (K5)
+  bool want_lse = false;
+  bool cascade = false;  // CascadePolicy::kAlways over shared prefix pages
+
+  AttentionConfig config() const;  // what the selector validates for this case
+  std::string describe() const;
+};
+
+// What the runs exercised, per declared capability. Filled only by runs that completed and
+// were compared (a run whose backend or variant differed from the requested one counts nothing).
+struct Coverage {
+  std::set<DType> dtypes, kv_dtypes;
+  std::set<int> head_sizes, kernel_block_sizes;
+  std::set<KVLayout> layouts;
+  std::set<AttentionType> attn_types;
+  std::set<Feature> features;  // cascade only when the metadata shows the cascade path was taken
+  bool window_of_one = false;  // sliding window W = 1 (sees only the current token)
+};
+
+struct CampaignResult {
+  int runs = 0;
+  std::vector<std::string> failures;    // one line per failing run (capped), case included
+  std::vector<std::string> unreachable; // declared values no valid configuration could exercise
+  Coverage coverage;
+};
+
+// The page sizes the campaign tries for a backend: an explicit set as declared; for "multiple of m"
+// the first three multiples plus the first multiple >= 16.
+std::vector<int> block_size_candidates(const BackendCaps& caps);
+
+// Runs `random_runs` random cases plus, for every declared value of every axis, a few cases with that
+// value pinned. Deterministic for a given backend name.
+CampaignResult run_campaign(const BackendType& backend, int random_runs);
+
+// Memoized run_campaign with the harness's run count, so the comparison test and the coverage test
+// of one process share one campaign.
+const CampaignResult& campaign_for(const BackendType& backend);
+
+}  // namespace attnkit::testing

@@ -1,0 +1,66 @@
+#include "conformance/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "support/random_batch.h"
+
+namespace attnkit::testing {
+
+double relative_tolerance(DType out_dtype) {
+  switch (out_dtype) {
+    case DType::kFloat16: return 4.0 * std::ldexp(1.0, -10);   // 4 ulp of a 10-bit mantissa
+    case DType::kBFloat16: return 4.0 * std::ldexp(1.0, -7);   // 4 ulp of a 7-bit mantissa
+    default: return 1e-4;
+  }
+}
+
+std::string compare_with_dense(const BatchRecord& record, const ReplayResult& result, bool want_lse) {
+  const DenseResult ref = dense_attention(dense_problem_of(record));
+  const std::int64_t tokens = record.num_tokens();
+  const std::int64_t heads = record.num_q_heads;
+  const std::int64_t d = record.head_size;
+  std::ostringstream why;
+  const std::vector<std::int64_t> out_shape{tokens, heads, d};
+  if (result.out.dims() != out_shape) {
+    why << "out shape " << result.out.view().shape_string();
+    return why.str();
+  }
+  double max_ref = 0.0;
+  for (double x : ref.out) max_ref = std::max(max_ref, std::fabs(x));
+  const double tol = relative_tolerance(record.dtype) * std::max(max_ref, kMagnitudeFloor);
+  int bad = 0;
+  double worst = 0.0;
+  for (std::int64_t i = 0; i < tokens * heads * d; ++i) {
+    const double got = result.out.view().flat(i);
+    const double want = ref.out[static_cast<std::size_t>(i)];
+    const double err = std::isfinite(got) ? std::fabs(got - want) : INFINITY;
+    worst = std::max(worst, err);
+    if (err <= tol) continue;
+    if (++bad <= 3) {
+      why << " out[token " << i / (heads * d) << ", head " << (i / d) % heads << ", dim " << i % d << "] = " << got
+          << ", want " << want << ";";
+    }
+  }
+  if (bad > 0) why << " " << bad << " output elements off, worst error " << worst << " > tolerance " << tol << ".";
+  if (want_lse) {
+    const std::vector<std::int64_t> lse_shape{tokens, heads};
+    if (result.lse.dims() != lse_shape) {
+      why << " lse shape " << result.lse.view().shape_string();
+      return why.str();
+    }
+    int bad_lse = 0;
+    for (std::int64_t i = 0; i < tokens * heads; ++i) {
+      const double got = result.lse.view().flat(i);
+      const double want = ref.lse[static_cast<std::size_t>(i)];
+      const bool ok = std::isinf(want) ? (std::isinf(got) && got < 0) : std::fabs(got - want) <= kLseTolerance;
+      if (ok) continue;
+      if (++bad_lse <= 3) why << " lse[token " << i / heads << ", head " << i % heads << "] = " << got << ", want " << want << ";";
+    }
+    if (bad_lse > 0) why << " " << bad_lse << " LSE values off (tolerance " << kLseTolerance << ").";
+  }
+  return why.str();
+}
+
+}  // namespace attnkit::testing

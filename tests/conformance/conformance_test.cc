@@ -1,0 +1,138 @@
+// Every backend compared with the independent dense attention on the same inputs (S6, B3).
+// The backends under test, their configurations and the capability checklist all come from the
+// registry and each backend's BackendCaps; adding a backend or declaring a new capability extends
+// this suite without editing it, and a declared capability no run exercised fails it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnkit/replay/replay.h"
+#include "attnkit/selection/registry.h"
+#include "conformance/campaign.h"
+#include "conformance/compare.h"
+#include "support/random_batch.h"
+
+namespace attnkit::testing {
+namespace {
+
+template <class T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// Backends that serve attention layers and run on this (CPU) platform.
+std::vector<std::string> cpu_attention_backends() {
+  std::vector<std::string> names;
+  for (const BackendType& b : registered_backends()) {
+    const BackendCaps& c = b.caps();
+    if (contains(c.kv_spec_kinds, KVSpecKind::kFullAttention) && contains(c.platforms, PlatformKind::kCpu))
+      names.emplace_back(b.name());
+  }
+  return names;
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += "\n  " + line;
+  return out;
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  const BackendType& backend() const { return *find_backend(GetParam()); }
+};
+
+TEST_P(Conformance, MatchesDenseAttentionOnRandomBatchesWithinItsCaps) {
+  const CampaignResult& r = campaign_for(backend());
+  EXPECT_GE(r.runs, 400) << "too few runs to mean anything";
+  EXPECT_TRUE(r.failures.empty()) << GetParam() << ": failing runs out of " << r.runs << ":" << join(r.failures);
+}
+
+// S6: a capability the backend declares is exercised by a conformance run of that backend.
+TEST_P(Conformance, ExercisesEveryDeclaredCapability) {
+  const BackendCaps& caps = backend().caps();
+  const CampaignResult& r = campaign_for(backend());
+  const Coverage& cov = r.coverage;
+  std::vector<std::string> missing = r.unreachable;
+  for (DType d : caps.dtypes)
+    if (!cov.dtypes.count(d)) missing.push_back("dtype " + std::string(to_string(d)));
+  for (DType d : caps.kv_cache_dtypes)
+    if (!cov.kv_dtypes.count(d)) missing.push_back("kv_cache_dtype " + std::string(to_string(d)));
+  for (int h : caps.head_sizes)
+    if (!cov.head_sizes.count(h)) missing.push_back("head_size " + std::to_string(h));
+  for (int b : block_size_candidates(caps))
+    if (!cov.kernel_block_sizes.count(b)) missing.push_back("block_size " + std::to_string(b));
+  for (KVLayout l : caps.kv_layouts)
+    if (!cov.layouts.count(l)) missing.push_back("kv_layout " + std::string(to_string(l)));
+  for (AttentionType t : caps.attention_types)
+    if (!cov.attn_types.count(t)) missing.push_back("attention type " + std::string(to_string(t)));
+  for (Feature f : kAllFeatures)
+    if (caps.features.has(f) && !cov.features.count(f)) missing.push_back("feature " + std::string(to_string(f)));
+  if (caps.features.has(Feature::kSlidingWindow) && !cov.window_of_one) missing.push_back("sliding window 1");
+  EXPECT_TRUE(missing.empty()) << GetParam() << " declares capabilities no conformance run exercised:" << join(missing);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuAttentionBackends, Conformance, ::testing::ValuesIn(cpu_attention_backends()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(ConformanceHarness, CoversTheReferenceAndOnlyAttentionBackends) {
+  const std::vector<std::string> names = cpu_attention_backends();
+  EXPECT_TRUE(contains(names, std::string("REFERENCE"))) << "B3: the reference itself is compared with dense";
+  for (const auto& name : names) {
+    EXPECT_TRUE(contains(find_backend(name)->caps().kv_spec_kinds, KVSpecKind::kFullAttention)) << name;
+  }
+  for (const BackendType& b : registered_backends()) {
+    if (contains(b.caps().kv_spec_kinds, KVSpecKind::kFullAttention)) continue;
+    EXPECT_FALSE(contains(names, std::string(b.name()))) << b.name() << " serves no attention layer";
+  }
+}
+
+TEST(ConformanceHarness, BlockSizeCandidatesFollowTheDeclaredSet) {
+  BackendCaps explicit_set;
+  explicit_set.block_sizes.sizes = {32, 16};
+  EXPECT_EQ(block_size_candidates(explicit_set), (std::vector<int>{16, 32}));
+  BackendCaps multiple;
+  multiple.block_sizes.multiple_of = 16;
+  EXPECT_EQ(block_size_candidates(multiple), (std::vector<int>{16, 32, 48}));
+  multiple.block_sizes.multiple_of = 1;
+  EXPECT_EQ(block_size_candidates(multiple), (std::vector<int>{1, 2, 3, 16}));
+}
+
+// The comparison is able to fail: a correct REFERENCE result passes, and the same result with one
+// element nudged past the tolerance, one element NaN (unwritten), or an LSE off by 0.01 does not.
+TEST(ConformanceHarness, ComparisonCatchesAWrongElementANanAndAWrongLse) {
+  std::mt19937 rng(7);
+  RandomBatchOptions o;
+  o.dtype = DType::kFloat16;
+  o.kv_dtype = DType::kFloat16;
+  o.max_reqs = 3;
+  o.max_seq_len = 40;
+  const BatchRecord record = random_batch(rng, o);
+  ReplayOptions options;
+  options.backend = "REFERENCE";
+  options.want_lse = true;
+  const ReplayResult good = replay_batch(record, options);
+  ASSERT_EQ(compare_with_dense(record, good, true), "");
+
+  const std::int64_t last = good.out.view().numel() - 1;
+  ReplayResult nudged = replay_batch(record, options);
+  nudged.out.view().set_flat(last, nudged.out.view().flat(last) + 0.05f);
+  EXPECT_NE(compare_with_dense(record, nudged, true), "");
+
+  ReplayResult unwritten = replay_batch(record, options);
+  unwritten.out.view().set_flat(0, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_NE(compare_with_dense(record, unwritten, true), "");
+
+  ReplayResult wrong_lse = replay_batch(record, options);
+  wrong_lse.lse.view().set_flat(1, wrong_lse.lse.view().flat(1) + 0.01f);
+  EXPECT_NE(compare_with_dense(record, wrong_lse, true), "");
+  EXPECT_EQ(compare_with_dense(record, wrong_lse, false), "") << "LSE is compared only when asked for";
+}
+
+}  // namespace
+}  // namespace attnkit::testing

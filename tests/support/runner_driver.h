@@ -1,0 +1,92 @@
+// Test helper: drives a ModelRunner the way an engine would, over several steps, and keeps its
+// own record of everything it handed the runner (block IDs per KV group, every K/V row written,
+// every recurrent state). Expected outputs are computed from that record alone, with
+// tests/support/dense_attention for attention layers and a brute-force scan for recurrent ones,
+// so nothing the runner computes feeds the expectation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnkit/core/tensor.h"
+#include "attnkit/runner/model_runner.h"
+
+namespace attnkit::testing {
+
+// A decoder attention layer whose KV spec matches its params (full attention, or sliding window
+// when `window` > 0).
+LayerSpec attention_layer(std::string name, int num_q_heads, int num_kv_heads, int head_size, int block_size,
+                          int window = 0, DType dtype = DType::kFloat16, DType kv_dtype = DType::kFloat16);
+// A recurrent-state layer (float32 state, one slot per request).
+LayerSpec recurrent_layer(std::string name, int heads, int head_size, DType dtype = DType::kFloat16);
+
+// Small buffers, so a test allocates a few MB: 8 requests, 512 tokens, 64 blocks per group.
+RunnerConfig small_runner_config();
+
+struct StepRequest {
+  int id = 0;
+  int query_len = 1;
+  int cpu_extra = 0;  // the host's belief exceeds the truth by this many tokens (D2 upper bounds)
+};
+
+class RunnerDriver {
+ public:
+  RunnerDriver(ModelRunner& runner, std::uint32_t seed);
+
+  // Fixes the manager blocks of a request in a KV group (more are drawn when it grows).
+  void preset_blocks(int group, int request_id, std::vector<std::int32_t> blocks);
+  // Prefix caching: `new_id` starts with the first `num_tokens` tokens of `from_id` (whole
+  // pages), sharing its physical blocks. Attention-only models.
+  void fork(int new_id, int from_id, int num_tokens);
+
+  // prepare_step with the StepInput built from the record (requests in scheduler order).
+  void prepare(const std::vector<StepRequest>& requests);
+  // Every layer through ModelRunner::unified_attention inside a ForwardContextScope, Q/K/V
+  // gathered into the runner's order and the output restored; updates the record and the
+  // expected outputs. Then the step is done (the truth advances by the query lengths).
+  void run_layers();
+  // prepare + run_layers + expect_all_layers_match.
+  void step(const std::vector<StepRequest>& requests);
+
+  // Output of a layer (scheduler order) vs the independent expectation. Returns mismatches.
+  int expect_layer_matches(LayerId id) const;
+  void expect_all_layers_match() const;
+
+  // The record.
+  const std::vector<std::int32_t>& blocks(int group, int request_id) const;
+  int computed(int request_id) const;
+  const StepInput& step_input() const { return step_; }
+  const std::vector<std::int32_t>& original_query_start_loc() const { return qsl_; }
+  const HostTensor& output(LayerId id) const { return outputs_[static_cast<std::size_t>(id)]; }
+
+ private:
+  struct GroupRecord {
+    std::vector<std::int32_t> free;  // shuffled
+    std::map<int, std::vector<std::int32_t>> blocks;
+    std::vector<std::int32_t> rows;  // this step's manager table, [num_reqs][row_stride]
+  };
+  void ensure_blocks(int group, int request_id, int tokens);
+  void take_block(GroupRecord& g, std::int32_t block);
+  void run_attention_layer(LayerId id, const HostTensor& q, const HostTensor& k);
+  void run_recurrent_layer(LayerId id, const HostTensor& q);
+
+  ModelRunner& runner_;
+  std::mt19937 rng_;
+  std::vector<GroupRecord> groups_;
+  std::map<int, int> computed_;  // device truth per request id
+  // Per layer per request: K and V rows written so far ([tokens][kv_heads * head_size]) or the
+  // recurrent state ([heads * head_size]), as the cache holds them (rounded to the KV dtype).
+  std::vector<std::map<int, std::vector<double>>> keys_, values_, states_;
+  // This step.
+  std::vector<StepRequest> requests_;
+  std::vector<std::int32_t> ids_, query_lens_, computed_step_, cpu_computed_, qsl_;
+  std::vector<ManagerBlockTable> tables_;
+  StepInput step_;
+  std::vector<HostTensor> outputs_;
+  std::vector<std::vector<double>> expected_;
+};
+
+}  // namespace attnkit::testing
