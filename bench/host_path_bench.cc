@@ -78,10 +78,12 @@ struct DecodeBatch {
   std::vector<ManagerBlockTable> tables;
 };
 
-DecodeBatch decode_batch(int num_reqs, int num_groups) {
+// Contexts of 256..2048 tokens (16..128 pages per request), or 1..32 tokens (1..2 pages): the
+// second isolates the per-request cost from the per-page cost of copying block tables.
+DecodeBatch decode_batch(int num_reqs, int num_groups, bool short_context) {
   DecodeBatch b;
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> len(256, 2048);
+  std::uniform_int_distribution<int> len(short_context ? 1 : 256, short_context ? 32 : 2048);
   const int stride = kMaxModelLen / kBlock;
   for (int r = 0; r < num_reqs; ++r) {
     b.ids.push_back(r);
@@ -101,6 +103,7 @@ DecodeBatch decode_batch(int num_reqs, int num_groups) {
 void host_step(benchmark::State& state, const char* backend) {
   const int num_reqs = static_cast<int>(state.range(0));
   const int num_groups = static_cast<int>(state.range(1));
+  const bool short_context = state.range(2) != 0;
   RunnerConfig rc;
   rc.backend = backend;
   rc.max_num_reqs = 1024;
@@ -109,7 +112,7 @@ void host_step(benchmark::State& state, const char* backend) {
   rc.num_manager_blocks = kPoolBlocks;
   rc.kv_poison = 0.0f;
   ModelRunner runner(hybrid_model(num_groups), rc);
-  DecodeBatch batch = decode_batch(num_reqs, num_groups);
+  DecodeBatch batch = decode_batch(num_reqs, num_groups, short_context);
   StepInput step;
   step.request_ids = batch.ids;
   step.query_lens = batch.query_lens;
@@ -126,11 +129,15 @@ void host_step(benchmark::State& state, const char* backend) {
   state.counters["allocs_per_step"] = benchmark::Counter(allocs / static_cast<double>(state.iterations()));
   state.counters["reqs"] = num_reqs;
   state.counters["kv_groups"] = num_groups;
+  state.counters["short_context"] = short_context ? 1 : 0;
 }
 
 void reqs_and_groups(benchmark::internal::Benchmark* b) {
   for (int groups : {1, 2, 3}) {
-    for (int reqs : {1, 16, 64, 256, 1024}) b->Args({reqs, groups});
+    for (int reqs : {1, 16, 64, 256, 1024}) b->Args({reqs, groups, 0});
+  }
+  for (int groups : {1, 3}) {
+    for (int reqs : {256, 1024}) b->Args({reqs, groups, 1});
   }
   b->Unit(benchmark::kMicrosecond);
 }

@@ -12,7 +12,6 @@
 #include "attnkit/replay/replay.h"
 #include "attnkit/selection/validate.h"
 #include "conformance/compare.h"
-#include "conformance/runner_driver.h"
 
 namespace attnkit::testing {
 
@@ -160,11 +159,10 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   options.cascade = c.cascade ? CascadePolicy::kAlways : CascadePolicy::kNever;
   options.kv_layout = c.layout;
   options.kernel_block_size = c.kernel_block_size;
+  options.attn_type = c.attn_type;
   ReplayResult result;
   try {
-    // Shared pages and the encoder type have no record form yet (see runner_driver.h).
-    result = c.cascade || c.attn_type == AttentionType::kEncoder ? run_on_runner(record, options, c.attn_type)
-                                                                 : replay_batch(record, options);
+    result = replay_batch(record, options);
   } catch (const std::exception& e) {
     return std::string("threw: ") + e.what();
   }
@@ -320,6 +318,27 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   for (const auto& [kind, count] : kinds) all_failures.push_back(std::to_string(count) + " x " + kind);
   result.failures = std::move(all_failures);
   return result;
+}
+
+std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& r) {
+  const Coverage& cov = r.coverage;
+  std::vector<std::string> missing = r.unreachable;
+  for (DType d : caps.dtypes)
+    if (!cov.dtypes.count(d)) missing.push_back("dtype " + std::string(to_string(d)));
+  for (DType d : caps.kv_cache_dtypes)
+    if (!cov.kv_dtypes.count(d)) missing.push_back("kv_cache_dtype " + std::string(to_string(d)));
+  for (int h : caps.head_sizes)
+    if (!cov.head_sizes.count(h)) missing.push_back("head_size " + std::to_string(h));
+  for (int b : block_size_candidates(caps))
+    if (!cov.kernel_block_sizes.count(b)) missing.push_back("block_size " + std::to_string(b));
+  for (KVLayout l : caps.kv_layouts)
+    if (!cov.layouts.count(l)) missing.push_back("kv_layout " + std::string(to_string(l)));
+  for (AttentionType t : caps.attention_types)
+    if (!cov.attn_types.count(t)) missing.push_back("attention type " + std::string(to_string(t)));
+  for (Feature f : kAllFeatures)
+    if (caps.features.has(f) && !cov.features.count(f)) missing.push_back("feature " + std::string(to_string(f)));
+  if (caps.features.has(Feature::kSlidingWindow) && !cov.window_of_one) missing.push_back("sliding window 1");
+  return missing;
 }
 
 const CampaignResult& campaign_for(const BackendType& backend) {

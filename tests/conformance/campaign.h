@@ -49,6 +49,10 @@ struct CampaignResult {
 // the first three multiples plus the first multiple >= 16.
 std::vector<int> block_size_candidates(const BackendCaps& caps);
 
+// Every capability `caps` declares that `result` never exercised (plus its unreachable values),
+// e.g. "head_size 256", "feature cascade", "sliding window 1". Empty = full S6 coverage.
+std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& result);
+
 // Runs `random_runs` random cases plus, for every declared value of every axis, a few cases with that
 // value pinned. Deterministic for a given backend name.
 CampaignResult run_campaign(const BackendType& backend, int random_runs);

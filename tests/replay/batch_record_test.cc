@@ -299,6 +299,15 @@ TEST_F(BadBatchRecord, BlockSharedByTwoRequestsNamesBoth) {
   EXPECT_TRUE(contains(e.what(), "requests[0].blocks[2]")) << e.what();
 }
 
+TEST_F(BadBatchRecord, ContextPageSharedAtTheSamePositionIsPrefixCaching) {
+  // A (context 127) and C (context 32) both read page 7 as their first page: allowed.
+  edit_json([](Json& j) { j["requests"][2]["blocks"][0] = 7; });
+  EXPECT_NO_THROW(load_batch_record(dir_.str()));
+  // B's page 0 holds its new tokens (context 0): sharing it would let B write A's context.
+  edit_json([](Json& j) { j["requests"][1]["blocks"][0] = 7; });
+  EXPECT_EQ(load_error().field(), "requests[1].blocks[0]");
+}
+
 TEST_F(BadBatchRecord, BlockUsedTwiceInOneRequest) {
   edit_json([](Json& j) { j["requests"][0]["blocks"][5] = 2; });
   const Error e = load_error();

@@ -1,6 +1,7 @@
 #include "attnkit/backends/backend.h"
 
 #include <cmath>
+#include <string>
 
 namespace attnkit {
 
@@ -15,6 +16,28 @@ FeatureSet LayerParams::required_features() const {
   if (!sinks.empty()) f.add(Feature::kSinks);
   if (!alibi_slopes.empty()) f.add(Feature::kAlibi);
   return f;
+}
+
+void check_layer_params(const BackendCaps& caps, const LayerParams& p) {
+  AttentionConfig config;
+  config.dtype = p.dtype;
+  config.kv_cache_dtype = p.kv_cache_dtype;
+  config.head_size = p.head_size;
+  config.num_q_heads = p.num_q_heads;
+  config.num_kv_heads = p.num_kv_heads;
+  config.attn_type = p.attn_type;
+  config.features = p.required_features();
+  for (const CombinationRule& rule : caps.combination_rules) {
+    ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
+                    std::string(caps.name) + ": " + std::string(rule.explanation));
+  }
+  ATTNKIT_REQUIRE(p.alibi_slopes.empty() || static_cast<int>(p.alibi_slopes.size()) == p.num_q_heads,
+                  "alibi_slopes size", std::to_string(p.alibi_slopes.size()), "0 or num_q_heads");
+  ATTNKIT_REQUIRE(p.sinks.empty() || static_cast<int>(p.sinks.size()) == p.num_q_heads, "sinks size",
+                  std::to_string(p.sinks.size()), "0 or num_q_heads");
+  ATTNKIT_REQUIRE(!p.sliding_window || *p.sliding_window > 0, "sliding_window",
+                  std::to_string(p.sliding_window.value_or(0)), "> 0");
+  ATTNKIT_REQUIRE(!p.soft_cap || *p.soft_cap > 0.0f, "soft_cap", std::to_string(p.soft_cap.value_or(0)), "> 0");
 }
 
 const AttentionMetadata& MetadataBuilder::update_block_table(const AttentionMetadata& planned,

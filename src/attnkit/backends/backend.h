@@ -40,6 +40,11 @@ struct LayerParams {
   FeatureSet required_features() const;
 };
 
+// Impl constructors call this: the backend's combination rules (the same functions the selector
+// runs, so an impl never accepts what the selector refuses) and the shape of the optional
+// parameters (sinks / ALiBi sizes, positive window and soft-cap). Throws attnkit::Error.
+void check_layer_params(const BackendCaps& caps, const LayerParams& params);
+
 // Which kernel of a backend runs. Resolved by the backend from the config at selection time and
 // logged; the impl runs exactly this one (S6).
 struct KernelVariant {

@@ -249,7 +249,7 @@ StepSnapshot snapshot_of(const ModelRunner& runner) {
   const auto& groups = runner.kv_groups();
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
     const KVGroupState& g = groups[gi];
-    s.groups.push_back({&g.geometry, g.common, {g.manager_rows.data(), g.manager_rows.size()}, g.max_manager_blocks_per_req});
+    s.groups.push_back({&g.geometry, g.common, g.manager_table(), g.max_manager_blocks_per_req});
     for (const auto& ag : g.attn_groups) {
       for (LayerId id : ag.layers) {
         s.layers.push_back({ctx.name_of(id), static_cast<int>(gi), &ag.backend->caps(), &ag.spec, ag.num_q_heads,
@@ -269,7 +269,7 @@ StepSnapshot snapshot_of(const ModelRunner& runner) {
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& in = step.block_tables[gi];
     const auto& g = groups[gi];
-    s.reordered.push_back({"block_table", in.data, {g.manager_rows.data(), g.manager_rows.size()},
+    s.reordered.push_back({"block_table", in.data, g.manager_table(),
                            g.geometry.spec.is_attention() ? std::min(in.row_stride, g.max_manager_blocks_per_req) : 1,
                            in.row_stride, g.max_manager_blocks_per_req,
                            g.geometry.spec.is_attention() ? g.geometry.spec.block_size : 0});

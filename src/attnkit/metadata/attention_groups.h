@@ -33,13 +33,22 @@ struct KVGroupState {
   std::int32_t max_manager_blocks_per_req = 0;
   std::int32_t max_kernel_blocks_per_req = 0;
   // Per step, in the reordered request order.
-  std::vector<std::int32_t> manager_rows;     // [max_num_reqs][max_manager_blocks_per_req]
+  // [max_num_reqs][max_manager_blocks_per_req]; only when a manager block spans several kernel
+  // blocks (k > 1). With k == 1 the kernel table is the manager table: one copy, not two.
+  std::vector<std::int32_t> manager_rows;
   std::vector<std::int32_t> kernel_rows;      // host staging of the kernel block table
   std::vector<std::int64_t> slot_staging;     // host staging of the slot mapping
   DeviceArray<std::int32_t> block_table;      // [max_num_reqs][max_kernel_blocks_per_req]
   DeviceArray<std::int64_t> slot_mapping;     // [max_num_tokens]
   CommonAttentionMetadata common;             // this step's copy of the template for this group
   std::int32_t common_prefix_len = 0;         // this step, tokens (B4)
+
+  // This step's manager block table on the host, reordered, row stride max_manager_blocks_per_req.
+  std::span<const std::int32_t> manager_table() const {
+    if (geometry.blocks_per_manager_block() > 1) return manager_rows;
+    if (block_table.needs_upload()) return kernel_rows;
+    return {block_table.data(), block_table.capacity()};
+  }
 };
 
 // Identity of an attention group inside its KV group.

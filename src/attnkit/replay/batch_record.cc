@@ -241,10 +241,20 @@ void validate_requests(const BatchRecord& record) {
     for (std::size_t j = 0; j < request.blocks.size(); ++j) {
       const std::int32_t block = request.blocks[j];
       auto [it, inserted] = owner.emplace(block, std::pair{r, j});
+      // Prefix caching: a page may be shared when it sits at the same position of every row and
+      // holds only context (read-only) for each of them; nobody writes into it this step.
+      const auto context_page = [&](std::size_t req) {
+        const RecordedRequest& q = record.requests[req];
+        return (static_cast<std::int64_t>(j) + 1) * record.page_size <= q.seq_len - q.query_len;
+      };
+      if (!inserted && it->second.first != r && it->second.second == j && context_page(r) &&
+          context_page(it->second.first)) {
+        continue;
+      }
       if (!inserted) {
         const auto [first_r, first_j] = it->second;
         throw Error(request_field(r, "blocks") + "[" + std::to_string(j) + "]", std::to_string(block),
-                    "a block id no other entry uses",
+                    "a block id no other entry uses, or a context page shared at the same position",
                     "block " + std::to_string(block) + " is already used by requests[" + std::to_string(first_r) +
                         "].blocks[" + std::to_string(first_j) + "]" +
                         (first_r == r ? " (twice in one request)" : " (shared by two requests)"));

@@ -75,6 +75,12 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   LayerSpec layer_spec = layer_for(record);
   layer_spec.kv_spec.forced_layout = options.kv_layout;
   layer_spec.kv_spec.forced_kernel_block_size = options.kernel_block_size;
+  if (options.attn_type) {
+    ATTNKIT_REQUIRE((*options.attn_type == AttentionType::kDecoder) == record.causal, "attn_type",
+                    std::string(to_string(*options.attn_type)),
+                    record.causal ? "decoder (the record is causal)" : "encoder, encoder_only (the record is not causal)");
+    layer_spec.params.attn_type = *options.attn_type;
+  }
   ModelRunner runner({layer_spec}, rc);
   const LayerId layer = 0;
 

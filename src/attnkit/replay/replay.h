@@ -20,6 +20,9 @@ struct ReplayOptions {
   CascadePolicy cascade = CascadePolicy::kHeuristic;
   std::optional<KVLayout> kv_layout;     // force a physical layout (must suit the backend)
   std::optional<int> kernel_block_size;  // force a kernel page size dividing page_size
+  // The layer's attention type; default: decoder when the record is causal, else encoder_only.
+  // Must agree with the record's causal flag.
+  std::optional<AttentionType> attn_type;
   std::function<void(std::string_view)> log;
   // Called once the step is prepared (metadata built), before attention runs; for tools that
   // print or inspect the plan.

@@ -152,7 +152,7 @@ void ModelRunner::build_groups() {
     g.max_manager_blocks_per_req = kv.spec.is_attention() ? ceil_div(config_.max_model_len, kv.spec.block_size) : 1;
     g.max_kernel_blocks_per_req = g.max_manager_blocks_per_req * k;
     const auto reqs = static_cast<std::size_t>(config_.max_num_reqs);
-    g.manager_rows.assign(reqs * static_cast<std::size_t>(g.max_manager_blocks_per_req), 0);
+    if (k > 1) g.manager_rows.assign(reqs * static_cast<std::size_t>(g.max_manager_blocks_per_req), 0);
     g.kernel_rows.assign(reqs * static_cast<std::size_t>(g.max_kernel_blocks_per_req), 0);
     g.slot_staging.assign(static_cast<std::size_t>(config_.max_num_tokens), kPaddingSlot);
     g.block_table = DeviceArray<std::int32_t>(host_memory(), g.kernel_rows.size());
@@ -237,12 +237,13 @@ std::int32_t ModelRunner::common_prefix_len(const KVGroupState& g) const {
   const std::int32_t m = g.geometry.spec.block_size;
   const std::int32_t max_blocks = min_context / m;  // whole pages only, all inside every context
   const auto stride = static_cast<std::size_t>(g.max_manager_blocks_per_req);
+  const std::span<const std::int32_t> rows = g.manager_table();
   std::int32_t shared = 0;
   for (; shared < max_blocks; ++shared) {
-    const std::int32_t id = g.manager_rows[static_cast<std::size_t>(shared)];
+    const std::int32_t id = rows[static_cast<std::size_t>(shared)];
     bool same = true;
     for (std::int32_t r = 1; r < c.num_reqs && same; ++r) {
-      same = g.manager_rows[static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(shared)] == id;
+      same = rows[static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(shared)] == id;
     }
     if (!same) break;
   }
@@ -274,10 +275,14 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
             std::to_string(order[static_cast<std::size_t>(r)]), std::to_string(pages) + " blocks for its seq_len",
             "too few blocks for seq_len");
     const auto src = in.row(order[static_cast<std::size_t>(r)]).first(static_cast<std::size_t>(pages));
-    std::int32_t* dst = g.manager_rows.data() + static_cast<std::size_t>(r) * mstride;
-    std::memcpy(dst, src.data(), src.size_bytes());
-    expand_block_row({dst, src.size()}, k,
-                     {kernel_rows + static_cast<std::size_t>(r) * kstride, src.size() * static_cast<std::size_t>(k)});
+    std::int32_t* kernel_row = kernel_rows + static_cast<std::size_t>(r) * kstride;
+    if (k == 1) {
+      std::memcpy(kernel_row, src.data(), src.size_bytes());
+    } else {
+      std::int32_t* manager_row = g.manager_rows.data() + static_cast<std::size_t>(r) * mstride;
+      std::memcpy(manager_row, src.data(), src.size_bytes());
+      expand_block_row(src, k, {kernel_row, src.size() * static_cast<std::size_t>(k)});
+    }
   }
   if (g.block_table.needs_upload()) g.block_table.upload({g.kernel_rows.data(), static_cast<std::size_t>(n) * kstride});
   g.common = tmpl;

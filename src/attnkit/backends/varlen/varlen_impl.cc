@@ -8,38 +8,11 @@
 
 namespace attnkit {
 
-namespace {
-// The layer as the backend's combination rules see it: the same functions the selector runs, so
-// the impl can never accept what the selector refuses.
-void check_combination_rules(const BackendCaps& caps, const LayerParams& p) {
-  AttentionConfig config;
-  config.dtype = p.dtype;
-  config.kv_cache_dtype = p.kv_cache_dtype;
-  config.head_size = p.head_size;
-  config.num_q_heads = p.num_q_heads;
-  config.num_kv_heads = p.num_kv_heads;
-  config.attn_type = p.attn_type;
-  config.features = p.required_features();
-  for (const CombinationRule& rule : caps.combination_rules) {
-    ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
-                    std::string(caps.name) + ": " + std::string(rule.explanation));
-  }
-}
-}  // namespace
-
 VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
   ATTNKIT_REQUIRE(variant == kVarlenCpuVariant, "kernel variant", std::string(variant.name),
                   std::string(kVarlenCpuVariant.name), "VARLEN runs only the variants it resolves");
-  check_combination_rules(VarlenBackend::caps(), params_);
-  ATTNKIT_REQUIRE(params_.alibi_slopes.empty() || static_cast<int>(params_.alibi_slopes.size()) == params_.num_q_heads,
-                  "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0 or num_q_heads");
-  ATTNKIT_REQUIRE(params_.sinks.empty() || static_cast<int>(params_.sinks.size()) == params_.num_q_heads, "sinks size",
-                  std::to_string(params_.sinks.size()), "0 or num_q_heads");
-  ATTNKIT_REQUIRE(!params_.sliding_window || *params_.sliding_window > 0, "sliding_window",
-                  std::to_string(params_.sliding_window.value_or(0)), "> 0");
-  ATTNKIT_REQUIRE(!params_.soft_cap || *params_.soft_cap > 0.0f, "soft_cap",
-                  std::to_string(params_.soft_cap.value_or(0)), "> 0");
+  check_layer_params(VarlenBackend::caps(), params_);
   kernel_params_.score.scale = params_.softmax_scale();
   kernel_params_.score.soft_cap = params_.soft_cap.value_or(0.0f);
   kernel_params_.score.sliding_window = params_.sliding_window.value_or(0);
