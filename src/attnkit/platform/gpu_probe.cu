@@ -1,30 +1,36 @@
-// Built when nvcc exists. Any runtime error means "no GPU" (error 35 without a driver).
+// Built when nvcc exists, as C++17 in its own object library (CMake 3.25 cannot ask nvcc for
+// C++20), so it speaks plain C types; gpu_probe_cuda.cc turns the result into a GpuProbe.
+// Any runtime error means "no GPU" (error 35 without a driver).
 #include <cuda_runtime.h>
 
-#include "attnkit/platform/platform.h"
+#include <cstdio>
 
-namespace attnkit {
+#include "attnkit/platform/gpu_probe_cuda.h"
 
 namespace {
 // A launch that must write its argument proves the device runs code built for it (sm_90).
 __global__ void probe_kernel(int* flag) { *flag = 1; }
+
+void copy_text(char* dst, int capacity, const char* src) { std::snprintf(dst, static_cast<size_t>(capacity), "%s", src); }
 }  // namespace
 
-GpuProbe probe_gpu() {
-  GpuProbe probe;
-  probe.built_with_cuda = true;
+extern "C" int attnkit_cuda_probe(AttnkitCudaProbeResult* out) {
+  out->device_count = 0;
+  out->compute_capability = 0;
+  out->device_name[0] = '\0';
+  out->error[0] = '\0';
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    probe.error = err != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err)
-                                     : std::string("no CUDA device");
+    copy_text(out->error, sizeof(out->error),
+              err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
     (void)cudaGetLastError();
-    return probe;
+    return 0;
   }
   cudaDeviceProp prop{};
   if ((err = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
-    probe.error = std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err);
-    return probe;
+    copy_text(out->error, sizeof(out->error), cudaGetErrorString(err));
+    return 0;
   }
   int* flag = nullptr;
   int host_flag = 0;
@@ -35,13 +41,11 @@ GpuProbe probe_gpu() {
     cudaFree(flag);
   }
   if (err != cudaSuccess || host_flag != 1) {
-    probe.error = std::string("probe kernel: ") + cudaGetErrorString(err);
-    return probe;
+    copy_text(out->error, sizeof(out->error), err != cudaSuccess ? cudaGetErrorString(err) : "probe kernel wrote nothing");
+    return 0;
   }
-  probe.device_count = count;
-  probe.compute_capability = prop.major * 10 + prop.minor;
-  probe.device_name = prop.name;
-  return probe;
+  out->device_count = count;
+  out->compute_capability = prop.major * 10 + prop.minor;
+  copy_text(out->device_name, sizeof(out->device_name), prop.name);
+  return 1;
 }
-
-}  // namespace attnkit
