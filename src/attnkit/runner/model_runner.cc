@@ -358,11 +358,9 @@ void ModelRunner::prepare_step(const StepInput& step) {
 }
 
 GraphMode ModelRunner::decide_graph_mode() const {
-  const CommonAttentionMetadata& c = common_builder_.last();
   const auto lens = common_builder_.query_lens();
   const bool uniform = std::all_of(lens.begin(), lens.end(), [&](std::int32_t q) { return q == lens.front(); });
   const bool single_token = uniform && !lens.empty() && lens.front() == 1;
-  (void)c;
   switch (graph_support_) {
     case CudaGraphSupport::kAlways: return GraphMode::kFull;
     case CudaGraphSupport::kUniformBatch: return uniform ? GraphMode::kFull : GraphMode::kPiecewise;

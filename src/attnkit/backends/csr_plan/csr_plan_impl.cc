@@ -3,6 +3,7 @@
 #include <string>
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
+#include "attnkit/backends/paged_params.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -21,13 +22,7 @@ CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
   ATTNKIT_REQUIRE(params_.alibi_slopes.empty(), "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0",
                   "CSR_PLAN has no ALiBi");
   check_layer_params(CsrPlanBackend::caps(), params_);
-  kernel_params_.score.scale = params_.softmax_scale();
-  kernel_params_.score.soft_cap = params_.soft_cap.value_or(0.0f);
-  kernel_params_.score.sliding_window = params_.sliding_window.value_or(0);
-  kernel_params_.num_q_heads = params_.num_q_heads;
-  kernel_params_.num_kv_heads = params_.num_kv_heads;
-  kernel_params_.head_size = params_.head_size;
-  kernel_params_.sinks = params_.sinks;
+  kernel_params_ = paged_attention_params(params_);
 }
 
 // ---- per layer per step (hot path) --------------------------------------------------------------

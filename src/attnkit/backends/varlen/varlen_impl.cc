@@ -4,6 +4,7 @@
 
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/backends/varlen/varlen_metadata.h"
+#include "attnkit/backends/paged_params.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -13,14 +14,7 @@ VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
   ATTNKIT_REQUIRE(variant == kVarlenCpuVariant, "kernel variant", std::string(variant.name),
                   std::string(kVarlenCpuVariant.name), "VARLEN runs only the variants it resolves");
   check_layer_params(VarlenBackend::caps(), params_);
-  kernel_params_.score.scale = params_.softmax_scale();
-  kernel_params_.score.soft_cap = params_.soft_cap.value_or(0.0f);
-  kernel_params_.score.sliding_window = params_.sliding_window.value_or(0);
-  kernel_params_.num_q_heads = params_.num_q_heads;
-  kernel_params_.num_kv_heads = params_.num_kv_heads;
-  kernel_params_.head_size = params_.head_size;
-  kernel_params_.alibi_slopes = params_.alibi_slopes;
-  kernel_params_.sinks = params_.sinks;
+  kernel_params_ = paged_attention_params(params_);
 }
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
