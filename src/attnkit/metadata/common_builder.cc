@@ -29,27 +29,34 @@ const CommonAttentionMetadata& CommonMetadataBuilder::build(const StepInput& ste
   ATTNKIT_REQUIRE(exact || step.cpu_num_computed_tokens.size() == static_cast<std::size_t>(n), "cpu_num_computed_tokens",
           std::to_string(step.cpu_num_computed_tokens.size()), "empty or num_reqs");
   const auto sz = static_cast<std::size_t>(n);
-  reorder.apply(step.query_lens, std::span<std::int32_t>(query_lens_.data(), sz));
-  reorder.apply(step.request_ids, std::span<std::int32_t>(request_ids_.data(), sz));
-  reorder.apply(step.num_computed_tokens, std::span<std::int32_t>(computed_.data(), sz));
-  reorder.apply(exact ? step.num_computed_tokens : step.cpu_num_computed_tokens,
-                std::span<std::int32_t>(cpu_computed_.data(), sz));
-
+  // One sweep in the new order: every per-request array is read through the one permutation
+  // (G8/V7), and lengths, prefix sums and maxima come out of the same pass.
+  const std::span<const std::int32_t> order = reorder.order();
+  const std::span<const std::int32_t> cpu_computed = exact ? step.num_computed_tokens : step.cpu_num_computed_tokens;
+  std::int32_t* seq_lens_truth = seq_lens_dev_.host_target(seq_lens_truth_);
   std::int32_t tokens = 0, max_q = 0, max_s = 0;
   query_start_loc_cpu_[0] = 0;
   for (std::size_t i = 0; i < sz; ++i) {
-    ATTNKIT_REQUIRE(query_lens_[i] >= 1, "query_lens", std::to_string(query_lens_[i]), ">= 1");
-    ATTNKIT_REQUIRE(computed_[i] >= 0 && cpu_computed_[i] >= computed_[i], "num_computed_tokens",
-            std::to_string(computed_[i]), ">= 0 and <= the host's upper bound");
-    tokens += query_lens_[i];
+    const auto r = static_cast<std::size_t>(order[i]);
+    const std::int32_t q = step.query_lens[r];
+    const std::int32_t computed = step.num_computed_tokens[r];
+    const std::int32_t cpu = cpu_computed[r];
+    ATTNKIT_REQUIRE(q >= 1, "query_lens[" + std::to_string(r) + "]", std::to_string(q), ">= 1");
+    ATTNKIT_REQUIRE(computed >= 0 && cpu >= computed, "num_computed_tokens[" + std::to_string(r) + "]",
+                    std::to_string(computed), ">= 0 and <= the host's upper bound " + std::to_string(cpu));
+    query_lens_[i] = q;
+    request_ids_[i] = step.request_ids[r];
+    computed_[i] = computed;
+    cpu_computed_[i] = cpu;
+    tokens += q;
     query_start_loc_cpu_[i + 1] = tokens;
-    seq_lens_truth_[i] = computed_[i] + query_lens_[i];
-    seq_lens_cpu_[i] = cpu_computed_[i] + query_lens_[i];
-    max_q = std::max(max_q, query_lens_[i]);
-    max_s = std::max(max_s, seq_lens_cpu_[i]);  // an upper bound either way
+    seq_lens_truth[i] = computed + q;
+    seq_lens_cpu_[i] = cpu + q;
+    max_q = std::max(max_q, q);
+    max_s = std::max(max_s, cpu + q);  // an upper bound either way
   }
   query_start_loc_dev_.upload({query_start_loc_cpu_.data(), sz + 1});
-  seq_lens_dev_.upload({seq_lens_truth_.data(), sz});
+  if (seq_lens_dev_.needs_upload()) seq_lens_dev_.upload({seq_lens_truth_.data(), sz});
 
   common_.query_start_loc_cpu = {query_start_loc_cpu_.data(), sz + 1};
   common_.query_start_loc = query_start_loc_dev_.first(sz + 1);

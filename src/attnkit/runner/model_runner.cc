@@ -277,7 +277,7 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
     const auto src = in.row(order[static_cast<std::size_t>(r)]).first(static_cast<std::size_t>(pages));
     std::int32_t* kernel_row = kernel_rows + static_cast<std::size_t>(r) * kstride;
     if (k == 1) {
-      std::memcpy(kernel_row, src.data(), src.size_bytes());
+      std::copy(src.begin(), src.end(), kernel_row);  // inline for the usual few pages
     } else {
       std::int32_t* manager_row = g.manager_rows.data() + static_cast<std::size_t>(r) * mstride;
       std::memcpy(manager_row, src.data(), src.size_bytes());
