@@ -72,16 +72,6 @@ bool check_backend(std::string_view backend, const AttentionMetadata& metadata) 
   return true;
 }
 
-AttentionConfig config_of(const BatchRecord& r) {
-  AttentionConfig c;
-  c.dtype = r.dtype;
-  c.kv_cache_dtype = r.kv_dtype;
-  c.head_size = r.head_size;
-  c.num_q_heads = r.num_q_heads;
-  c.num_kv_heads = r.num_kv_heads;
-  c.block_size = r.page_size;
-  return c;
-}
 
 }  // namespace
 
@@ -100,7 +90,10 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     const std::optional<DType> dtype = parse_dtype(flags->dtype);
     if (!dtype || is_fp8(*dtype)) throw Error("--dtype", flags->dtype, "float16, bfloat16, float32");
     const BatchRecord record = worked_example(*dtype, *dtype, flags->seed);
-    const AttentionConfig config = config_of(record);
+    // Exactly what the replays below (with LSE) ask the selector for.
+    RunnerConfig run;
+    run.need_lse = true;
+    const AttentionConfig config = attention_config_for(layer_spec_of(record), run);
     const GpuProbe gpu = probe_gpu();
     std::cout << "attnkit demo: the worked example of SYSTEM.md (page 16; A decode q1/seq128, B prefill q4/seq4, "
                  "C extend q3/seq35), 8 q heads, 2 kv heads, head 128, "

@@ -48,22 +48,9 @@ void print_metadata(std::ostream& os, const AttentionMetadata& metadata, int ind
   metadata.visit(v);
 }
 
-void print_common_metadata(std::ostream& os, const CommonAttentionMetadata& c, int indent) {
+void print_common_metadata(std::ostream& os, const CommonAttentionMetadata& common, int indent) {
   TextVisitor v(os, indent);
-  v.array("query_start_loc", c.query_start_loc);
-  v.array("seq_lens", c.seq_lens);
-  v.scalar("num_reqs", c.num_reqs);
-  v.scalar("num_actual_tokens", c.num_actual_tokens);
-  v.scalar("max_query_len", c.max_query_len);
-  v.scalar("max_seq_len", c.max_seq_len);
-  v.begin_object("block_table (valid entries)");
-  for (std::int32_t r = 0; r < c.num_reqs; ++r) {
-    const std::int32_t pages = (c.seq_lens[static_cast<std::size_t>(r)] + c.kernel_block_size - 1) / c.kernel_block_size;
-    v.array("request " + std::to_string(r), c.block_table.row(r).first(static_cast<std::size_t>(pages)));
-  }
-  v.end_object();
-  v.array("slot_mapping", c.slot_mapping);
-  v.flag("causal", c.causal);
+  visit_common_metadata(v, common);
 }
 
 }  // namespace attnkit::cli

@@ -18,15 +18,20 @@ FeatureSet LayerParams::required_features() const {
   return f;
 }
 
-void check_layer_params(const BackendCaps& caps, const LayerParams& p) {
+AttentionConfig LayerParams::attention_config() const {
   AttentionConfig config;
-  config.dtype = p.dtype;
-  config.kv_cache_dtype = p.kv_cache_dtype;
-  config.head_size = p.head_size;
-  config.num_q_heads = p.num_q_heads;
-  config.num_kv_heads = p.num_kv_heads;
-  config.attn_type = p.attn_type;
-  config.features = p.required_features();
+  config.dtype = dtype;
+  config.kv_cache_dtype = kv_cache_dtype;
+  config.head_size = head_size;
+  config.num_q_heads = num_q_heads;
+  config.num_kv_heads = num_kv_heads;
+  config.attn_type = attn_type;
+  config.features = required_features();
+  return config;
+}
+
+void check_layer_params(const BackendCaps& caps, const LayerParams& p) {
+  const AttentionConfig config = p.attention_config();
   for (const CombinationRule& rule : caps.combination_rules) {
     ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
                     std::string(caps.name) + ": " + std::string(rule.explanation));

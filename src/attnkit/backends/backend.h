@@ -38,6 +38,9 @@ struct LayerParams {
   float softmax_scale() const;
   // The features this layer needs, for its AttentionConfig.
   FeatureSet required_features() const;
+  // What these parameters ask of a backend (dtypes, heads, head size, attention type, features);
+  // platform, block size, layout and layer kind come from the run and the KV spec.
+  AttentionConfig attention_config() const;
 };
 
 // Impl constructors call this: the backend's combination rules (the same functions the selector

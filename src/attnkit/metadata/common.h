@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
+
+#include "attnkit/metadata/metadata.h"
 
 namespace attnkit {
 
@@ -35,5 +38,12 @@ struct CommonAttentionMetadata {
   bool causal = true;
   bool cpu_lengths_exact = true;
 };
+
+// The one rendering of metadata fields shared by every printer (text, JSON): the common
+// metadata with CPU and device views, and a block table as the valid pages of each request
+// ("request_<r>": the first ceil(seq_len / page_size) entries; the rest of a row is unspecified).
+void visit_block_table(FieldVisitor& visitor, std::string_view name, const BlockTableView& table,
+                       std::span<const std::int32_t> seq_lens, std::int32_t page_size);
+void visit_common_metadata(FieldVisitor& visitor, const CommonAttentionMetadata& common);
 
 }  // namespace attnkit

@@ -15,9 +15,7 @@
 
 namespace attnkit {
 
-namespace {
-
-LayerSpec layer_for(const BatchRecord& r) {
+LayerSpec layer_spec_of(const BatchRecord& r) {
   LayerSpec l;
   l.name = "replay.attn";
   l.params.num_q_heads = r.num_q_heads;
@@ -39,6 +37,8 @@ LayerSpec layer_for(const BatchRecord& r) {
   l.kv_spec.dtype = r.kv_dtype;
   return l;
 }
+
+namespace {
 
 // Rounds a float32 tensor into the activation dtype (what the engine would hand the layer).
 HostTensor to_dtype(const TensorView& src, DType dtype) {
@@ -72,7 +72,7 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   rc.k_scale = record.k_scale;
   rc.v_scale = record.v_scale;
   rc.log = options.log;
-  LayerSpec layer_spec = layer_for(record);
+  LayerSpec layer_spec = layer_spec_of(record);
   layer_spec.kv_spec.forced_layout = options.kv_layout;
   layer_spec.kv_spec.forced_kernel_block_size = options.kernel_block_size;
   if (options.attn_type) {

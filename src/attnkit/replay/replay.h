@@ -10,6 +10,7 @@
 #include "attnkit/backends/backend.h"
 #include "attnkit/core/tensor.h"
 #include "attnkit/replay/batch_record.h"
+#include "attnkit/runner/model_runner.h"
 
 namespace attnkit {
 
@@ -26,7 +27,7 @@ struct ReplayOptions {
   std::function<void(std::string_view)> log;
   // Called once the step is prepared (metadata built), before attention runs; for tools that
   // print or inspect the plan.
-  std::function<void(const class ModelRunner&)> on_prepared;
+  std::function<void(const ModelRunner&)> on_prepared;
 };
 
 struct ReplayResult {
@@ -38,6 +39,9 @@ struct ReplayResult {
   std::string backend_metadata_json;  // the backend's own metadata
   std::string metadata_json;          // both, with backend, variant, reorder and graph mode
 };
+
+// The one layer a record describes (params and KV spec; page_size is the manager block size).
+LayerSpec layer_spec_of(const BatchRecord& record);
 
 ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& options);
 

@@ -33,24 +33,6 @@ std::vector<std::string_view> names_of(const std::vector<LayerSpec>& layers) {
 
 std::int32_t ceil_div(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
 
-AttentionConfig config_for(const LayerSpec& layer, const RunnerConfig& rc) {
-  AttentionConfig c;
-  c.platform = rc.platform;
-  c.dtype = layer.params.dtype;
-  c.kv_cache_dtype = layer.params.kv_cache_dtype;
-  c.head_size = layer.params.head_size;
-  c.num_q_heads = layer.params.num_q_heads;
-  c.num_kv_heads = layer.params.num_kv_heads;
-  c.block_size = layer.kv_spec.block_size;
-  c.kv_layout = layer.kv_spec.forced_layout;
-  c.attn_type = layer.params.attn_type;
-  c.kv_spec_kind = layer.kv_spec.kind;
-  c.features = layer.params.required_features();
-  if (rc.cascade == CascadePolicy::kAlways && layer.kv_spec.is_attention()) c.features.add(Feature::kCascade);
-  if (rc.need_lse && layer.kv_spec.is_attention()) c.features.add(Feature::kReturnLse);
-  c.optimistic_cpu_lengths = rc.optimistic_cpu_lengths;
-  return c;
-}
 
 void check_layer(const LayerSpec& l) {
   const std::string f = "layers[" + l.name + "]";
@@ -74,6 +56,18 @@ void check_layer(const LayerSpec& l) {
 }
 
 }  // namespace
+
+AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig& rc) {
+  AttentionConfig c = layer.params.attention_config();
+  c.platform = rc.platform;
+  c.block_size = layer.kv_spec.block_size;
+  c.kv_layout = layer.kv_spec.forced_layout;
+  c.kv_spec_kind = layer.kv_spec.kind;
+  if (rc.cascade == CascadePolicy::kAlways && layer.kv_spec.is_attention()) c.features.add(Feature::kCascade);
+  if (rc.need_lse && layer.kv_spec.is_attention()) c.features.add(Feature::kReturnLse);
+  c.optimistic_cpu_lengths = rc.optimistic_cpu_lengths;
+  return c;
+}
 
 ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
     : config_(std::move(config)),
@@ -102,7 +96,7 @@ ModelRunner::~ModelRunner() = default;
 
 void ModelRunner::select_backends() {
   for (const auto& layer : layers_) {
-    const AttentionConfig cfg = config_for(layer, config_);
+    const AttentionConfig cfg = attention_config_for(layer, config_);
     // The explicit name applies to attention layers; state layers have their own backend kind.
     std::optional<std::string_view> name;
     if (layer.backend) {

@@ -48,6 +48,9 @@ struct RunnerConfig {
   std::function<void(std::string_view)> log;                   // start-up log lines (S3)
 };
 
+// What the selector is asked for this layer in this run (S4: every result-changing factor).
+AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig& config);
+
 // C1/C2: what the whole chain may capture this step: the minimum over all active groups.
 enum class GraphMode : std::uint8_t { kEager, kPiecewise, kFull };
 std::string_view to_string(GraphMode mode);

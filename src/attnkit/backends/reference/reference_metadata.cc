@@ -13,14 +13,7 @@ void ReferenceMetadata::visit(FieldVisitor& visitor) const {
   visitor.array("query_start_loc", query_start_loc);
   visitor.array("seq_lens", seq_lens);
   visitor.scalar("kernel_block_size", kernel_block_size);
-  // Only the pages each request uses; the rest of a row is unspecified.
-  visitor.begin_object("block_table");
-  for (std::int32_t r = 0; r < num_reqs; ++r) {
-    const std::int32_t pages =
-        kernel_block_size > 0 ? (seq_lens[static_cast<std::size_t>(r)] + kernel_block_size - 1) / kernel_block_size : 0;
-    visitor.array("request_" + std::to_string(r), block_table.row(r).first(static_cast<std::size_t>(pages)));
-  }
-  visitor.end_object();
+  visit_block_table(visitor, "block_table", block_table, seq_lens, kernel_block_size);
   visitor.begin_object("cascade");
   visitor.flag("use_cascade", use_cascade);
   visitor.scalar("common_prefix_len", common_prefix_len);

@@ -17,16 +17,7 @@ void VarlenMetadata::visit(FieldVisitor& v) const {
   v.scalar("page_size", page_size);
   v.array("cu_seqlens_q", cu_seqlens_q);
   v.array("seqused_k", seqused_k);
-  v.begin_object("block_table");
-  v.scalar("num_rows", block_table.num_rows);
-  v.scalar("row_stride", block_table.row_stride);
-  // Only the valid entries of each row: the rest of a row is whatever the runner left there.
-  for (std::int32_t r = 0; r < block_table.num_rows && page_size > 0; ++r) {
-    const auto valid = static_cast<std::size_t>((seqused_k[static_cast<std::size_t>(r)] + page_size - 1) / page_size);
-    const auto row = block_table.row(r);
-    v.array("request_" + std::to_string(r), row.first(std::min(valid, row.size())));
-  }
-  v.end_object();
+  visit_block_table(v, "block_table", block_table, seqused_k, page_size);
   v.array("slot_mapping", slot_mapping);
 }
 
