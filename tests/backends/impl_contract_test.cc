@@ -86,7 +86,7 @@ TEST(CsrPlanImpl, ReadsItsCsrIndicesNotTheBlockTable) {
   EXPECT_THROW(run(*impl, b, md), Error);
 }
 
-TEST(VarlenImpl, ReadsItsOwnCopyOfTheBlockTable) {
+TEST(VarlenImpl, ReadsTheBlockTableItsMetadataNames) {
   testing::PagedBatch b = three_page_batch(KVLayout::kFusedHND, 22);
   auto builder = VarlenBackend::make_builder(testing::builder_context_for(VarlenBackend::caps(), b));
   auto impl = VarlenBackend::make_impl(testing::layer_params_for(b.spec), kVarlenCpuVariant);
@@ -94,14 +94,14 @@ TEST(VarlenImpl, ReadsItsOwnCopyOfTheBlockTable) {
   const HostTensor good = run(*impl, b, md);
   EXPECT_EQ(testing::expect_matches_dense(b, good, nullptr, testing::dense_attention(b.dense)), 0);
 
-  for (auto& page : b.block_table) page = unused_page(b);  // the runner's table, after the build
-  EXPECT_TRUE(same(run(*impl, b, md), good));
-
-  auto* own = const_cast<std::int32_t*>(md.block_table.row(2).data());  // test-only: the builder's copy
-  own[1] = unused_page(b);
+  auto* row = const_cast<std::int32_t*>(md.block_table.row(2).data());  // test-only: the named table
+  const std::int32_t kept = row[1];
+  row[1] = unused_page(b);
   EXPECT_FALSE(same(run(*impl, b, md), good));
-  own[1] = -1;
+  row[1] = -1;
   EXPECT_THROW(run(*impl, b, md), Error);
+  row[1] = kept;
+  EXPECT_TRUE(same(run(*impl, b, md), good));
 }
 
 TEST(CombinationRules, VarlenRefusesFp8KvWithAlibiInTheSelectorAndTheImpl) {

@@ -22,11 +22,8 @@ VarlenMetadataBuilder::VarlenMetadataBuilder(const BuilderContext& ctx)
       page_size_(positive(ctx.kernel_block_size, "kernel_block_size")),
       max_num_reqs_(positive(ctx.max_num_reqs, "max_num_reqs")),
       max_num_tokens_(positive(ctx.max_num_tokens, "max_num_tokens")),
-      max_blocks_per_req_(positive(ctx.max_blocks_per_req, "max_blocks_per_req")),
       cu_seqlens_q_(*memory_, static_cast<std::size_t>(max_num_reqs_) + 1),
       seqused_k_(*memory_, static_cast<std::size_t>(max_num_reqs_)),
-      block_table_(*memory_, static_cast<std::size_t>(max_num_reqs_) * static_cast<std::size_t>(max_blocks_per_req_)),
-      slot_mapping_(*memory_, static_cast<std::size_t>(max_num_tokens_)),
       metadata_(VarlenBackend::caps()) {
   metadata_.page_size = page_size_;
 }
@@ -48,24 +45,11 @@ void VarlenMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) con
                   std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
 }
 
-// Device-to-device copies. On the CPU platform device memory is host memory, so the resource's
-// host copy is the copy; the CUDA issue gives MemoryResource a device copy for this.
-void VarlenMetadataBuilder::copy_block_table_and_slots(const CommonAttentionMetadata& c) {
-  const std::int32_t columns = std::min(c.block_table.row_stride, max_blocks_per_req_);
-  const std::size_t row_bytes = static_cast<std::size_t>(columns) * sizeof(std::int32_t);
-  if (columns == c.block_table.row_stride) {
-    memory_->copy_from_host(block_table_.data(), c.block_table.data, row_bytes * static_cast<std::size_t>(c.num_reqs));
-  } else {
-    // A wider source table: keep the first `columns` entries of each row. A request that needs
-    // more pages than that is refused by the impl (it checks ceil(seqused_k / B) <= row_stride).
-    for (std::int32_t r = 0; r < c.num_reqs; ++r) {
-      memory_->copy_from_host(block_table_.data() + static_cast<std::ptrdiff_t>(r) * columns,
-                              c.block_table.row(r).data(), row_bytes);
-    }
-  }
-  metadata_.block_table = BlockTableView{block_table_.data(), c.num_reqs, columns};
-  slot_mapping_.upload(c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens)));
-  metadata_.slot_mapping = slot_mapping_.first(static_cast<std::size_t>(c.num_actual_tokens));
+// The block table and slot mapping are the runner's fixed-address buffers for this KV group
+// (C3: they never move), so the metadata names them instead of copying O(pages) per step.
+void VarlenMetadataBuilder::take_block_table_and_slots(const CommonAttentionMetadata& c) {
+  metadata_.block_table = BlockTableView{c.block_table.data, c.num_reqs, c.block_table.row_stride};
+  metadata_.slot_mapping = c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens));
 }
 
 const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix_len,
@@ -82,7 +66,7 @@ const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix
   metadata_.max_query_len = common.max_query_len;
   metadata_.max_seq_len = common.max_seq_len;
   metadata_.causal = common.causal;
-  copy_block_table_and_slots(common);
+  take_block_table_and_slots(common);
   return metadata_;
 }
 
@@ -106,15 +90,13 @@ const AttentionMetadata& VarlenMetadataBuilder::update_block_table(const Attenti
     metadata_.max_seq_len = plan.max_seq_len;
     metadata_.causal = plan.causal;
   }
-  copy_block_table_and_slots(common);
+  take_block_table_and_slots(common);
   return metadata_;
 }
 
 void VarlenMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
   out.push_back({"varlen.cu_seqlens_q", cu_seqlens_q_.data(), cu_seqlens_q_.capacity() * sizeof(std::int32_t)});
   out.push_back({"varlen.seqused_k", seqused_k_.data(), seqused_k_.capacity() * sizeof(std::int32_t)});
-  out.push_back({"varlen.block_table", block_table_.data(), block_table_.capacity() * sizeof(std::int32_t)});
-  out.push_back({"varlen.slot_mapping", slot_mapping_.data(), slot_mapping_.capacity() * sizeof(std::int64_t)});
 }
 
 }  // namespace attnkit

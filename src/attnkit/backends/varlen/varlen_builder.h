@@ -17,8 +17,9 @@ class VarlenMetadataBuilder final : public MetadataBuilder {
   // Allocates every buffer for ctx.max_num_reqs / max_num_tokens / max_blocks_per_req (C3).
   explicit VarlenMetadataBuilder(const BuilderContext& ctx);
 
-  // Per step (hot path): copies into the preallocated buffers; allocates nothing. The varlen
-  // kernel has no cascade path, so `common_prefix_len` is not used.
+  // Per step (hot path), allocation-free: copies the O(requests) length arrays into its own
+  // buffers and names the runner's fixed-address block table and slot mapping (no O(pages) copy).
+  // The varlen kernel has no cascade path, so `common_prefix_len` is not used.
   const AttentionMetadata& build(std::int32_t common_prefix_len, const CommonAttentionMetadata& common) override;
   // Per step, per further KV group (G4): lengths from `planned`, block table and slots from `common`.
   const AttentionMetadata& update_block_table(const AttentionMetadata& planned,
@@ -27,17 +28,14 @@ class VarlenMetadataBuilder final : public MetadataBuilder {
 
  private:
   void check_capacity(const CommonAttentionMetadata& common) const;
-  void copy_block_table_and_slots(const CommonAttentionMetadata& common);
+  void take_block_table_and_slots(const CommonAttentionMetadata& common);
 
   MemoryResource* memory_;
   std::int32_t page_size_;
   std::int32_t max_num_reqs_;
   std::int32_t max_num_tokens_;
-  std::int32_t max_blocks_per_req_;
   DeviceArray<std::int32_t> cu_seqlens_q_;
   DeviceArray<std::int32_t> seqused_k_;
-  DeviceArray<std::int32_t> block_table_;
-  DeviceArray<std::int64_t> slot_mapping_;
   VarlenMetadata metadata_;
 };
 
