@@ -37,7 +37,6 @@ CsrPlanMetadataBuilder::CsrPlanMetadataBuilder(const BuilderContext& ctx)
       seq_lens_(*memory_, seq_lens_host_.size()),
       decode_qo_(*memory_, decode_qo_host_.size()),
       prefill_qo_(*memory_, prefill_qo_host_.size()),
-      slot_mapping_(*memory_, sz(max_num_tokens_)),
       metadata_(CsrPlanBackend::caps()) {}
 
 // ---- per step (hot path) ------------------------------------------------------------------------
@@ -123,19 +122,21 @@ void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadat
 
 // indices = the first n_i entries of each block-table row; the slot mapping rides along.
 void CsrPlanMetadataBuilder::fill_indices_and_slots(const CommonAttentionMetadata& c) {
+  // Written in place where the host can write the device array (CPU platform), else staged.
+  std::int32_t* indices = indices_.host_target(indices_host_);
   for (std::int32_t i = 0; i < c.num_reqs; ++i) {
     const std::int32_t begin = indptr_host_[sz(i)];
     const std::int32_t pages = indptr_host_[sz(i) + 1] - begin;
     ATTNKIT_REQUIRE(pages <= c.block_table.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
                     "<= block table row_stride (" + std::to_string(c.block_table.row_stride) + ")");
     const auto row = c.block_table.row(i);
-    std::copy(row.begin(), row.begin() + pages, indices_host_.begin() + begin);
+    std::copy(row.begin(), row.begin() + pages, indices + begin);
   }
   const std::int32_t total = indptr_host_[sz(c.num_reqs)];
-  indices_.upload(std::span<const std::int32_t>(indices_host_.data(), sz(total)));
-  slot_mapping_.upload(c.slot_mapping.first(sz(c.num_actual_tokens)));
+  if (indices_.needs_upload()) indices_.upload(std::span<const std::int32_t>(indices_host_.data(), sz(total)));
   metadata_.paged_kv_indices = indices_.first(sz(total));
-  metadata_.slot_mapping = slot_mapping_.first(sz(c.num_actual_tokens));
+  // The runner's fixed-address slot mapping (C3), named rather than copied.
+  metadata_.slot_mapping = c.slot_mapping.first(sz(c.num_actual_tokens));
 }
 
 void CsrPlanMetadataBuilder::upload_plan() {
@@ -226,7 +227,6 @@ void CsrPlanMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const 
   add("csr_plan.seq_lens", seq_lens_);
   add("csr_plan.decode_qo_indptr", decode_qo_);
   add("csr_plan.prefill_qo_indptr", prefill_qo_);
-  add("csr_plan.slot_mapping", slot_mapping_);
 }
 
 }  // namespace attnkit

@@ -43,7 +43,6 @@ class CsrPlanMetadataBuilder final : public MetadataBuilder {
   std::vector<std::int32_t> indptr_host_, indices_host_, last_page_len_host_, seq_lens_host_;
   std::vector<std::int32_t> decode_qo_host_, prefill_qo_host_;
   DeviceArray<std::int32_t> indptr_, indices_, last_page_len_, seq_lens_, decode_qo_, prefill_qo_;
-  DeviceArray<std::int64_t> slot_mapping_;
   CsrPlanMetadata metadata_;
 };
 
