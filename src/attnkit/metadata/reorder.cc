@@ -25,16 +25,6 @@ void BatchReorder::plan(std::span<const std::int32_t> query_lens, std::optional<
   for (std::int32_t i = 0; i < num_reqs_; ++i) identity_ = identity_ && order_[static_cast<std::size_t>(i)] == i;
 }
 
-void BatchReorder::apply_rows(const ManagerBlockTable& in, std::span<std::int32_t> out) const {
-  const auto stride = static_cast<std::size_t>(in.row_stride);
-  ATTNKIT_REQUIRE(out.size() >= stride * static_cast<std::size_t>(num_reqs_), "block table capacity",
-          std::to_string(out.size()), ">= " + std::to_string(stride * static_cast<std::size_t>(num_reqs_)));
-  for (std::int32_t i = 0; i < num_reqs_; ++i) {
-    const auto src = in.row(order_[static_cast<std::size_t>(i)]);
-    std::memcpy(out.data() + static_cast<std::size_t>(i) * stride, src.data(), stride * sizeof(std::int32_t));
-  }
-}
-
 void BatchReorder::move_tokens(const TensorView& from, const TensorView& to, std::span<const std::int32_t> old_qsl,
                                bool to_new_order) const {
   ATTNKIT_REQUIRE(from.dtype == to.dtype && from.ndim == to.ndim && from.numel() == to.numel(), "token tensor",

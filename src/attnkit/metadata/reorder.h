@@ -24,14 +24,14 @@ class BatchReorder {
   std::span<const std::int32_t> order() const { return {order_.data(), static_cast<std::size_t>(num_reqs_)}; }
   bool is_identity() const { return identity_; }
 
+  // For the engine's own per-request arrays (sampling state); the runner permutes lengths, ids and
+  // block tables through order() itself.
   template <class T>
   void apply(std::span<const T> in, std::span<T> out) const {
     ATTNKIT_REQUIRE(in.size() == static_cast<std::size_t>(num_reqs_) && out.size() >= in.size(), "per-request array size",
             std::to_string(in.size()), std::to_string(num_reqs_));
     for (std::int32_t i = 0; i < num_reqs_; ++i) out[static_cast<std::size_t>(i)] = in[static_cast<std::size_t>(order_[static_cast<std::size_t>(i)])];
   }
-  // Rows of a manager block table, into `out` with the same row stride.
-  void apply_rows(const ManagerBlockTable& in, std::span<std::int32_t> out) const;
   // Token streams: `src` is in the old request order with the old query_start_loc, `dst` gets the
   // new order. restore_tokens is the inverse (e.g. for the output).
   void gather_tokens(const TensorView& src, std::span<const std::int32_t> old_query_start_loc,
