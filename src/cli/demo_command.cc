@@ -3,7 +3,7 @@
 #include <iostream>
 #include <random>
 
-#include "attnkit/metadata/field_json.h"
+#include "attnkit/replay/metadata_json.h"
 #include "attnkit/replay/replay.h"
 #include "attnkit/runner/model_runner.h"
 #include "attnkit/selection/registry.h"

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnkit/invariants/checker.h"
+#include "attnkit/runner/step_snapshot.h"
 #include "attnkit/runner/model_runner.h"
 #include "support/runner_driver.h"
 

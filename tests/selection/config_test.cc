@@ -4,8 +4,8 @@
 #include <functional>
 #include <unordered_set>
 
-#include "attnkit/selection/capabilities.h"
-#include "attnkit/selection/config.h"
+#include "attnkit/backends/capabilities.h"
+#include "attnkit/backends/attention_config.h"
 #include "fake_backends.h"
 
 namespace attnkit {

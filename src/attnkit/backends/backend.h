@@ -16,7 +16,7 @@
 #include "attnkit/kv/spec.h"
 #include "attnkit/metadata/common.h"
 #include "attnkit/metadata/metadata.h"
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "attnkit/core/error.h"
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

@@ -15,7 +15,6 @@
 
 namespace attnkit {
 
-class ModelRunner;
 
 struct LayerSnapshot {
   std::string_view name;
@@ -66,8 +65,6 @@ struct Violation {
 
 std::vector<Violation> check_invariants(const StepSnapshot& snapshot);
 
-// The snapshot of the runner's prepared step (allocates: debug and tools only).
-StepSnapshot snapshot_of(const ModelRunner& runner);
 
 class InvariantError : public std::runtime_error {
  public:

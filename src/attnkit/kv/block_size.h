@@ -5,19 +5,11 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <vector>
 
-#include "attnkit/selection/capabilities.h"
 
 namespace attnkit {
-
-// The largest B that divides `manager_block_size` and that every backend of the group accepts
-// (and equals `forced` when a spec forces one). Throws attnkit::Error naming the manager block
-// size and each backend's set when there is none.
-int common_kernel_block_size(int manager_block_size, std::span<const BackendCaps* const> backends,
-                             std::optional<int> forced = std::nullopt);
 
 // Writes the kernel-block row for one request: manager blocks -> k kernel blocks each.
 // `out` must hold manager_blocks.size() * k entries.

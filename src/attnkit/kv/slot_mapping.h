@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <span>
 
-#include "attnkit/metadata/common.h"
+#include "attnkit/kv/block_table.h"
 
 namespace attnkit {
 

@@ -5,20 +5,10 @@
 #include <span>
 #include <string_view>
 
+#include "attnkit/kv/block_table.h"
 #include "attnkit/metadata/metadata.h"
 
 namespace attnkit {
-
-// A row-major 2-D table of kernel block IDs: row r (one per request) has `row_stride` slots, of
-// which the first ceil(seq_len / block_size) are valid.
-struct BlockTableView {
-  const std::int32_t* data = nullptr;
-  std::int32_t num_rows = 0;
-  std::int32_t row_stride = 0;
-  std::span<const std::int32_t> row(std::int32_t r) const {
-    return {data + static_cast<std::ptrdiff_t>(r) * row_stride, static_cast<std::size_t>(row_stride)};
-  }
-};
 
 // Lengths exist twice: `*_cpu` on the host (upper bounds when `cpu_lengths_exact` is false, e.g.
 // async speculative decoding) and the device truth that kernels read. Reading the device truth

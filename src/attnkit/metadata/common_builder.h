@@ -10,7 +10,7 @@
 #include "attnkit/metadata/metadata.h"
 #include "attnkit/metadata/reorder.h"
 #include "attnkit/platform/platform.h"
-#include "attnkit/runner/step_input.h"
+#include "attnkit/metadata/step_input.h"
 
 namespace attnkit {
 

@@ -10,7 +10,7 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/core/tensor.h"
-#include "attnkit/runner/step_input.h"
+#include "attnkit/metadata/step_input.h"
 
 namespace attnkit {
 

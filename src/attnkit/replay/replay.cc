@@ -9,7 +9,7 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/kv/kv_update.h"
-#include "attnkit/metadata/field_json.h"
+#include "attnkit/replay/metadata_json.h"
 #include "attnkit/replay/npy.h"
 #include "attnkit/runner/model_runner.h"
 

@@ -5,10 +5,11 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/invariants/checker.h"
+#include "attnkit/runner/step_snapshot.h"
 #include "attnkit/kv/block_size.h"
 #include "attnkit/kv/grouping.h"
 #include "attnkit/kv/kv_update.h"
-#include "attnkit/kv/negotiation.h"
+#include "attnkit/selection/negotiation.h"
 #include "attnkit/kv/slot_mapping.h"
 #include "attnkit/selection/registry.h"
 

@@ -14,11 +14,11 @@
 
 #include "attnkit/backends/backend.h"
 #include "attnkit/kv/kv_cache.h"
-#include "attnkit/metadata/attention_groups.h"
+#include "attnkit/runner/attention_groups.h"
 #include "attnkit/metadata/common_builder.h"
 #include "attnkit/metadata/forward_context.h"
 #include "attnkit/metadata/reorder.h"
-#include "attnkit/runner/step_input.h"
+#include "attnkit/metadata/step_input.h"
 #include "attnkit/selection/selector.h"
 
 namespace attnkit {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attnkit/backends/backend.h"
-#include "attnkit/selection/config.h"
+#include "attnkit/backends/attention_config.h"
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/validate.h"
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "attnkit/selection/capabilities.h"
-#include "attnkit/selection/config.h"
+#include "attnkit/backends/capabilities.h"
+#include "attnkit/backends/attention_config.h"
 
 namespace attnkit {
 

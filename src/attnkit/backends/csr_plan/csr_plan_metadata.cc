@@ -1,6 +1,6 @@
 #include "attnkit/backends/csr_plan/csr_plan_metadata.h"
 
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

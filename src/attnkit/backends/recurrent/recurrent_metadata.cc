@@ -1,6 +1,6 @@
 #include "attnkit/backends/recurrent/recurrent_metadata.h"
 
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

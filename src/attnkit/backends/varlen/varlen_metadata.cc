@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

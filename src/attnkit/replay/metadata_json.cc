@@ -1,8 +1,8 @@
-#include "attnkit/metadata/field_json.h"
+#include "attnkit/replay/metadata_json.h"
 
 #include <vector>
 
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 

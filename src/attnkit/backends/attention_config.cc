@@ -1,4 +1,4 @@
-#include "attnkit/selection/config.h"
+#include "attnkit/backends/attention_config.h"
 
 #include <functional>
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "attnkit/core/error.h"
-#include "attnkit/kv/negotiation.h"
+#include "attnkit/selection/negotiation.h"
 
 namespace attnkit {
 namespace {

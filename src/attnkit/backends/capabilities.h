@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attnkit/kv/spec.h"
-#include "attnkit/selection/config.h"
+#include "attnkit/backends/attention_config.h"
 
 namespace attnkit {
 

@@ -5,7 +5,7 @@
 #include <span>
 
 #include "attnkit/kv/layout.h"
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 namespace attnkit {
 
@@ -14,5 +14,12 @@ namespace attnkit {
 // intersection is empty: a start-up error, never a silent pick.
 KVLayout negotiate_kv_layout(std::span<const BackendCaps* const> backends,
                              std::optional<KVLayout> forced = std::nullopt);
+
+// K5: the common kernel page size of a group.
+// The largest B that divides `manager_block_size` and that every backend of the group accepts
+// (and equals `forced` when a spec forces one). Throws attnkit::Error naming the manager block
+// size and each backend's set when there is none.
+int common_kernel_block_size(int manager_block_size, std::span<const BackendCaps* const> backends,
+                             std::optional<int> forced = std::nullopt);
 
 }  // namespace attnkit

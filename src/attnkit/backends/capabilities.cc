@@ -1,4 +1,4 @@
-#include "attnkit/selection/capabilities.h"
+#include "attnkit/backends/capabilities.h"
 
 #include <algorithm>
 

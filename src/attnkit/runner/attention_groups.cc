@@ -1,4 +1,4 @@
-#include "attnkit/metadata/attention_groups.h"
+#include "attnkit/runner/attention_groups.h"
 
 namespace attnkit {
 
