@@ -38,7 +38,11 @@ using namespace attnkit;
 constexpr int kBlock = 16;
 constexpr int kMaxModelLen = 4096;
 constexpr int kLayersPerGroup = 4;
-constexpr int kPoolBlocks = 256;
+// Pages that requests read (shared across requests, as prefix caching would), then one page per
+// request for this step's token: prepare_step refuses two requests writing one page.
+constexpr int kReadPoolBlocks = 256;
+constexpr int kMaxReqs = 1024;
+constexpr int kPoolBlocks = kReadPoolBlocks + kMaxReqs;
 
 std::vector<LayerSpec> hybrid_model(int num_groups) {
   std::vector<LayerSpec> layers;
@@ -46,21 +50,22 @@ std::vector<LayerSpec> hybrid_model(int num_groups) {
     for (int i = 0; i < kLayersPerGroup; ++i) {
       LayerSpec l;
       l.name = "layers." + std::to_string(g * kLayersPerGroup + i);
+      // The host path never touches K/V, so small KV heads keep the cache allocation small.
       l.params.num_q_heads = 32;
-      l.params.num_kv_heads = 8;
-      l.params.head_size = 128;
+      l.params.num_kv_heads = 1;
+      l.params.head_size = 64;
       l.params.dtype = DType::kFloat16;
       l.params.kv_cache_dtype = DType::kFloat16;
       l.kv_spec.block_size = kBlock;
-      l.kv_spec.num_kv_heads = 8;
-      l.kv_spec.head_size = 128;
+      l.kv_spec.num_kv_heads = 1;
+      l.kv_spec.head_size = 64;
       l.kv_spec.dtype = DType::kFloat16;
       if (g == 1) {
         l.params.sliding_window = 1024;
         l.kv_spec.kind = KVSpecKind::kSlidingWindow;
         l.kv_spec.sliding_window = 1024;
       } else if (g == 2) {
-        l.params.num_q_heads = 8;
+        l.params.num_q_heads = 1;  // a state has one row per KV head
         l.params.dtype = DType::kFloat32;
         l.params.kv_cache_dtype = DType::kFloat32;
         l.kv_spec.kind = KVSpecKind::kRecurrentState;
@@ -91,7 +96,10 @@ DecodeBatch decode_batch(int num_reqs, int num_groups, bool short_context) {
     b.computed.push_back(len(rng));
     // Block IDs wrap around a small pool: the host path never reads K/V, and a full-size cache
     // for 1024 x 4096 tokens would cost gigabytes per layer for nothing.
-    for (int p = 0; p < stride; ++p) b.rows.push_back((r * stride + p) % kPoolBlocks);
+    const int written_page = b.computed.back() / kBlock;
+    for (int p = 0; p < stride; ++p) {
+      b.rows.push_back(p == written_page ? kReadPoolBlocks + r : (r * stride + p) % kReadPoolBlocks);
+    }
     b.state_rows.push_back(r);
   }
   for (int g = 0; g < num_groups; ++g) {
@@ -106,7 +114,7 @@ void host_step(benchmark::State& state, const char* backend) {
   const bool short_context = state.range(2) != 0;
   RunnerConfig rc;
   rc.backend = backend;
-  rc.max_num_reqs = 1024;
+  rc.max_num_reqs = kMaxReqs;
   rc.max_num_tokens = 8192;
   rc.max_model_len = kMaxModelLen;
   rc.num_manager_blocks = kPoolBlocks;
@@ -118,11 +126,11 @@ void host_step(benchmark::State& state, const char* backend) {
   step.query_lens = batch.query_lens;
   step.num_computed_tokens = batch.computed;
   step.block_tables = batch.tables;
-  runner.prepare_step(step);  // warm-up: first-touch of buffers
+  runner.prepare_step(step, Stream{});  // warm-up: first-touch of buffers
   const std::size_t before = g_allocations.load();
   for (auto _ : state) {
-    runner.prepare_step(step);
-    benchmark::DoNotOptimize(runner.forward_context().layer(0).metadata);
+    runner.prepare_step(step, Stream{});
+    benchmark::DoNotOptimize(runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   }
   const double allocs = static_cast<double>(g_allocations.load() - before);
   if (allocs > 0) g_allocating_cases.fetch_add(1);

@@ -5,12 +5,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ./scripts/setup.sh
+# The system cmake when it is new enough, else the one setup.sh installed into .tools/cmake.
+cmake_bin="$(./scripts/cmake_path.sh)"
+cmake="$cmake_bin/cmake"
+ctest="$cmake_bin/ctest"
+echo "test.sh: $("$cmake" --version | head -n1) ($cmake)"
 
 jobs=$(nproc)
 # No build type here: CMakeLists.txt defaults to RelWithDebInfo.
-cmake -S . -B build -G Ninja
-cmake --build build -j "$jobs"
-ctest --test-dir build --output-on-failure -j "$jobs"
+"$cmake" -S . -B build -G Ninja
+"$cmake" --build build -j "$jobs"
+"$ctest" --test-dir build --output-on-failure -j "$jobs"
 
 # Smoke run of the host-path benchmark: proves it builds and runs; the timings are a record, not
 # a pass/fail criterion (a crash still fails).

@@ -21,7 +21,7 @@ void add_backends_command(CLI::App& app, int& exit_code) {
     }
     std::cerr << "gpu: " << (gpu.available() ? gpu.device_name + " sm_" + std::to_string(gpu.compute_capability) : gpu.error)
               << "\n";
-    exit_code = 0;
+    exit_code = kExitOk;
   });
 }
 

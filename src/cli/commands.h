@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "exit_codes.h"
+
 namespace attnkit::cli {
 
-// Each adds its subcommand to `app`; the callback sets `exit_code`.
+// Each adds its subcommand to `app`. The callback sets `exit_code` (exit_codes.h) or throws; main()
+// maps what it throws, so a subcommand sets a code only for an outcome that is no exception.
 void add_demo_command(CLI::App& app, int& exit_code);
 void add_backends_command(CLI::App& app, int& exit_code);
 void add_matrix_command(CLI::App& app, int& exit_code);

@@ -1,5 +1,8 @@
+#include <filesystem>
 #include <iostream>
+#include <system_error>
 
+#include "attnkit/core/error.h"
 #include "attnkit/replay/replay.h"
 #include "commands.h"
 
@@ -22,7 +25,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("DIR", flags->dir, "Directory with batch.json and q/k/v/k_cache/v_cache.npy")->required();
   cmd->add_option("--backend", flags->backend, "Explicit backend (default: auto selection)");
   cmd->add_flag("--lse", flags->lse, "Also write lse.npy [tokens, q_heads] (natural log)");
-  cmd->add_option("--out", flags->out_dir, "Where to write the results (default: DIR)");
+  cmd->add_option("--out", flags->out_dir, "Where to write the results, created with its parents (default: DIR)");
   cmd->add_flag("--no-check", flags->no_check, "Skip the V1-V9 invariant checker");
   cmd->add_flag("-v,--verbose", flags->verbose, "Log selection and KV-group negotiation");
   cmd->callback([flags, &exit_code] {
@@ -34,12 +37,16 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     if (flags->verbose) options.log = [](std::string_view line) { std::cerr << line << "\n"; };
     const ReplayResult result = replay_batch(record, options);
     const std::string out = flags->out_dir.empty() ? flags->dir : flags->out_dir;
+    // Only now, after the replay succeeded: a failed replay leaves no output directory behind.
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    if (ec) throw Error("--out", out, "a directory that exists or can be created", ec.message());
     write_replay_result(out, result);
     std::cout << "backend " << result.backend << ", kernel " << result.variant << "; "
               << record.requests.size() << " requests, " << record.num_tokens() << " tokens"
               << (options.check_invariants ? "; invariants V1-V9 hold" : "") << "\n"
               << "wrote " << out << "/out.npy" << (flags->lse ? ", lse.npy" : "") << ", metadata.json\n";
-    exit_code = 0;
+    exit_code = kExitOk;
   });
 }
 

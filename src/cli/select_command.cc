@@ -121,11 +121,11 @@ void add_select_command(CLI::App& app, int& exit_code) {
     try {
       const Selection& sel = selector.select(config, name);
       std::cout << "selected: " << sel.log_line() << "\n";
-      exit_code = 0;
-    } catch (const SelectionError& e) {
+      exit_code = kExitOk;
+    } catch (const SelectionError&) {
+      // The answer on stdout stays complete; main() reports the error and its exit code.
       std::cout << "selected: none\n";
-      std::cerr << "error: " << e.what() << "\n";
-      exit_code = 1;
+      throw;
     }
   });
 }

@@ -31,14 +31,17 @@ struct HandBatch {
   }
   CommonAttentionMetadata common(int block_size) const {
     CommonAttentionMetadata c;
-    c.query_start_loc_cpu = c.query_start_loc = query_start_loc;
-    c.seq_lens_cpu = c.seq_lens = seq_lens;
+    c.query_start_loc_cpu = query_start_loc;
+    c.query_start_loc = in_host_memory(query_start_loc);
+    c.seq_lens_cpu = seq_lens;
+    c.seq_lens = in_host_memory(seq_lens);
     c.num_reqs = static_cast<std::int32_t>(seq_lens.size());
     c.num_actual_tokens = query_start_loc.back();
     c.max_query_len = 0;
     c.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
-    c.block_table = BlockTableView{block_table.data(), c.num_reqs, row_stride};
-    c.slot_mapping = slots;
+    c.block_table_cpu = BlockTableView{block_table.data(), c.num_reqs, row_stride};
+    c.block_table = in_host_memory(c.block_table_cpu);
+    c.slot_mapping = in_host_memory(slots);
     c.kernel_block_size = block_size;
     return c;
   }
@@ -155,8 +158,9 @@ TEST(CsrPlanBuilder, UpdateBlockTableEqualsAFreshBuildWithTheNewTable) {
     std::vector<std::int64_t> slots_b(group_a.slot_mapping);
     std::shuffle(slots_b.begin(), slots_b.end(), rng);
     CommonAttentionMetadata common_b = group_a.common();
-    common_b.block_table.data = table_b.data();
-    common_b.slot_mapping = slots_b;
+    common_b.block_table_cpu.data = table_b.data();
+    common_b.block_table = in_host_memory(common_b.block_table_cpu);
+    common_b.slot_mapping = in_host_memory(slots_b);
 
     const auto ctx = testing::builder_context_for(CsrPlanBackend::caps(), group_a);
     auto planner = CsrPlanBackend::make_builder(ctx);

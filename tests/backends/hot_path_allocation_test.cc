@@ -52,7 +52,7 @@ void expect_allocation_free(const BackendType& backend, KVLayout layout, LayerPa
   const long n = allocations_during([&] {
     for (int step = 0; step < 2; ++step) {
       const AttentionMetadata& md = builder->build(0, common);
-      impl->forward(batch.query, {}, {}, batch.kv, md, out, lse);
+      impl->forward(batch.query, {}, {}, batch.kv, md, out, lse, Stream{});
     }
   });
   EXPECT_EQ(n, 0) << backend.name() << " allocated on the hot path";
@@ -81,7 +81,7 @@ TEST(HotPath, CsrPlanBuildAndForwardAllocateNothing) {
 TEST(HotPath, RecurrentBuildAndForwardAllocateNothing) {
   constexpr int kHeads = 2, kD = 64;
   std::vector<float> states(4 * 2 * kHeads * kD, 0.5f);
-  const KVCacheView view = KVCacheView::make(states.data(), DType::kFloat32, KVLayout::kSplitNHD, 4, 1, kHeads, kD);
+  const KVCacheView view = KVCacheView::make(states.data(), DType::kFloat32, KVLayout::kSplitNHD, 4, 1, kHeads, kD, MemorySpace::kHost);
   LayerParams p;
   p.num_q_heads = p.num_kv_heads = kHeads;
   p.head_size = kD;
@@ -95,15 +95,18 @@ TEST(HotPath, RecurrentBuildAndForwardAllocateNothing) {
   auto impl = RecurrentStateBackend::make_impl(p, kRecurrentCpuVariant);
   const std::vector<std::int32_t> qsl{0, 1, 4}, seq{5, 3}, table{2, 0};
   CommonAttentionMetadata common;
-  common.query_start_loc_cpu = common.query_start_loc = qsl;
-  common.seq_lens_cpu = common.seq_lens = seq;
+  common.query_start_loc_cpu = qsl;
+  common.query_start_loc = in_host_memory(qsl);
+  common.seq_lens_cpu = seq;
+  common.seq_lens = in_host_memory(seq);
   common.num_reqs = 2;
   common.num_actual_tokens = 4;
-  common.block_table = BlockTableView{table.data(), 2, 1};
+  common.block_table_cpu = BlockTableView{table.data(), 2, 1};
+  common.block_table = in_host_memory(common.block_table_cpu);
   HostTensor x(DType::kFloat32, {4, kHeads, kD}), out(DType::kFloat32, {4, kHeads, kD});
   x.fill(0.25f);
   const long n = allocations_during([&] {
-    for (int step = 0; step < 2; ++step) impl->forward(x, {}, {}, view, builder->build(0, common), out, {});
+    for (int step = 0; step < 2; ++step) impl->forward(x, {}, {}, view, builder->build(0, common), out, {}, Stream{});
   });
   EXPECT_EQ(n, 0);
 }

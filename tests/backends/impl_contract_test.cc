@@ -31,7 +31,7 @@ testing::PagedBatch three_page_batch(KVLayout layout, std::uint32_t seed) {
 HostTensor run(AttentionImpl& impl, const testing::PagedBatch& b, const AttentionMetadata& md) {
   HostTensor out(b.spec.dtype, {b.num_tokens(), b.spec.num_q_heads, b.spec.head_size});
   testing::poison(out);
-  impl.forward(b.query, {}, {}, b.kv, md, out, {});
+  impl.forward(b.query, {}, {}, b.kv, md, out, {}, Stream{});
   return out;
 }
 
@@ -171,12 +171,12 @@ TEST(VarlenImpl, RefusesForeignMetadataWrongCachesAndMismatchedCausality) {
   KVCacheView wrong_layout = b.kv;
   wrong_layout.layout = KVLayout::kSplitNHD;
   HostTensor out(b.spec.dtype, {b.num_tokens(), b.spec.num_q_heads, b.spec.head_size});
-  EXPECT_THROW(impl->forward(b.query, {}, {}, wrong_layout, md, out, {}), Error);
+  EXPECT_THROW(impl->forward(b.query, {}, {}, wrong_layout, md, out, {}, Stream{}), Error);
   KVCacheView wrong_dtype = b.kv;
   wrong_dtype.dtype = DType::kBFloat16;
-  EXPECT_THROW(impl->forward(b.query, {}, {}, wrong_dtype, md, out, {}), Error);
+  EXPECT_THROW(impl->forward(b.query, {}, {}, wrong_dtype, md, out, {}, Stream{}), Error);
   HostTensor short_out(b.spec.dtype, {b.num_tokens() - 1, b.spec.num_q_heads, b.spec.head_size});
-  EXPECT_THROW(impl->forward(b.query, {}, {}, b.kv, md, short_out, {}), Error);
+  EXPECT_THROW(impl->forward(b.query, {}, {}, b.kv, md, short_out, {}, Stream{}), Error);
 
   LayerParams encoder = testing::layer_params_for(b.spec);
   encoder.attn_type = AttentionType::kEncoder;  // non-causal layer, causal metadata

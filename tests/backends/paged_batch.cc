@@ -18,15 +18,16 @@ int pick(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distributi
 CommonAttentionMetadata PagedBatch::common() const {
   CommonAttentionMetadata c;
   c.query_start_loc_cpu = query_start_loc;
-  c.query_start_loc = query_start_loc;
+  c.query_start_loc = in_host_memory(query_start_loc);
   c.seq_lens_cpu = seq_lens;
-  c.seq_lens = seq_lens;
+  c.seq_lens = in_host_memory(seq_lens);
   c.num_reqs = num_reqs();
   c.num_actual_tokens = num_tokens();
   c.max_query_len = *std::max_element(spec.query_lens.begin(), spec.query_lens.end());
   c.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
-  c.block_table = BlockTableView{block_table.data(), num_reqs(), row_stride};
-  c.slot_mapping = slot_mapping;
+  c.block_table_cpu = BlockTableView{block_table.data(), num_reqs(), row_stride};
+  c.block_table = in_host_memory(c.block_table_cpu);
+  c.slot_mapping = in_host_memory(slot_mapping);
   c.kernel_block_size = spec.block_size;
   c.causal = spec.causal;
   c.cpu_lengths_exact = true;
@@ -93,7 +94,7 @@ PagedBatch make_paged_batch(std::mt19937& rng, const BatchSpec& spec) {
 
   // The cache: junk everywhere first, then each request's tokens written through the view.
   b.cache = HostTensor(spec.kv_cache_dtype, {std::int64_t{b.num_blocks} * 2 * bs * nkv * d});
-  b.kv = KVCacheView::make(b.cache.view().data, spec.kv_cache_dtype, spec.layout, b.num_blocks, bs, nkv, d);
+  b.kv = KVCacheView::make(b.cache.view().data, spec.kv_cache_dtype, spec.layout, b.num_blocks, bs, nkv, d, MemorySpace::kHost);
   b.kv.k_scale = spec.k_scale;
   b.kv.v_scale = spec.v_scale;
   for (std::int64_t i = 0; i < b.kv.num_elements(); ++i) store_float(b.kv.data, i, b.kv.dtype, uniform(rng, -3, 3));

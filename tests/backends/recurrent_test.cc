@@ -43,7 +43,7 @@ class RecurrentFixture {
   }
 
   KVCacheView view() {
-    return KVCacheView::make(states_.data(), DType::kFloat32, KVLayout::kSplitNHD, kSlots, 1, kHeads, kHeadSize);
+    return KVCacheView::make(states_.data(), DType::kFloat32, KVLayout::kSplitNHD, kSlots, 1, kHeads, kHeadSize, MemorySpace::kHost);
   }
 
   // Runs one step through the backend and checks outputs and every slot against brute force.
@@ -81,14 +81,17 @@ class RecurrentFixture {
     }
 
     CommonAttentionMetadata common;
-    common.query_start_loc_cpu = common.query_start_loc = qsl;
-    common.seq_lens_cpu = common.seq_lens = s.seq_lens;
+    common.query_start_loc_cpu = qsl;
+    common.query_start_loc = in_host_memory(qsl);
+    common.seq_lens_cpu = s.seq_lens;
+    common.seq_lens = in_host_memory(s.seq_lens);
     common.num_reqs = static_cast<std::int32_t>(s.query_lens.size());
     common.num_actual_tokens = tokens;
-    common.block_table = BlockTableView{table.data(), common.num_reqs, 2};
+    common.block_table_cpu = BlockTableView{table.data(), common.num_reqs, 2};
+    common.block_table = in_host_memory(common.block_table_cpu);
     common.kernel_block_size = 1;
     const auto& md = builder_->build(0, common);
-    impl_->forward(x, {}, {}, view(), md, out, {});
+    impl_->forward(x, {}, {}, view(), md, out, {}, Stream{});
 
     // Same float32 operations on both sides, so they agree exactly unless a compiler contracts
     // decay * s + x into an FMA on one side: allow float32 rounding on the state (|s| < 4) and one
@@ -132,13 +135,15 @@ TEST(RecurrentState, BuilderFlagsInitialStatesFromDeviceLengths) {
   const std::vector<std::int32_t> qsl{0, 2, 3, 5}, seq{2, 9, 4}, table{3, 1, 5};
   const std::vector<std::int32_t> optimistic{5, 12, 7};
   CommonAttentionMetadata common;
-  common.query_start_loc_cpu = common.query_start_loc = qsl;
-  common.seq_lens = seq;
+  common.query_start_loc_cpu = qsl;
+  common.query_start_loc = in_host_memory(qsl);
+  common.seq_lens = in_host_memory(seq);
   common.seq_lens_cpu = optimistic;  // upper bounds on the host; the builder reads the device truth
   common.cpu_lengths_exact = false;
   common.num_reqs = 3;
   common.num_actual_tokens = 5;
-  common.block_table = BlockTableView{table.data(), 3, 1};
+  common.block_table_cpu = BlockTableView{table.data(), 3, 1};
+  common.block_table = in_host_memory(common.block_table_cpu);
   const auto& md = dynamic_cast<const RecurrentStateMetadata&>(f.builder().build(0, common));
   using V32 = std::vector<std::int32_t>;
   EXPECT_EQ(V32(md.state_slots.begin(), md.state_slots.end()), (V32{3, 1, 5}));
@@ -166,18 +171,21 @@ TEST(RecurrentState, DeclaresItsOwnStateUpdateAndRefusesAttentionShapes) {
   RecurrentFixture f(DType::kFloat32);
   const std::vector<std::int32_t> qsl{0, 1}, seq{1}, table{0};
   CommonAttentionMetadata common;
-  common.query_start_loc_cpu = common.query_start_loc = qsl;
-  common.seq_lens_cpu = common.seq_lens = seq;
+  common.query_start_loc_cpu = qsl;
+  common.query_start_loc = in_host_memory(qsl);
+  common.seq_lens_cpu = seq;
+  common.seq_lens = in_host_memory(seq);
   common.num_reqs = 1;
   common.num_actual_tokens = 1;
-  common.block_table = BlockTableView{table.data(), 1, 1};
+  common.block_table_cpu = BlockTableView{table.data(), 1, 1};
+  common.block_table = in_host_memory(common.block_table_cpu);
   const auto& md = f.builder().build(0, common);
   HostTensor x(DType::kFloat32, {1, kHeads, kHeadSize}), out(DType::kFloat32, {1, kHeads, kHeadSize});
   HostTensor lse(DType::kFloat32, {1, kHeads});
-  EXPECT_THROW(f.impl().forward(x, {}, {}, f.view(), md, out, lse), Error);  // no LSE for a state
+  EXPECT_THROW(f.impl().forward(x, {}, {}, f.view(), md, out, lse, Stream{}), Error);  // no LSE for a state
   KVCacheView paged = f.view();
   paged.block_size = 16;
-  EXPECT_THROW(f.impl().forward(x, {}, {}, paged, md, out, {}), Error);
+  EXPECT_THROW(f.impl().forward(x, {}, {}, paged, md, out, {}, Stream{}), Error);
 }
 
 }  // namespace

@@ -61,8 +61,9 @@ TEST(VarlenBuilder, UpdateBlockTableEqualsAFreshBuildWithTheNewTable) {
     std::vector<std::int64_t> slots_b(group_a.slot_mapping);
     std::shuffle(slots_b.begin(), slots_b.end(), rng);
     CommonAttentionMetadata common_b = group_a.common();
-    common_b.block_table.data = table_b.data();
-    common_b.slot_mapping = slots_b;
+    common_b.block_table_cpu.data = table_b.data();
+    common_b.block_table = in_host_memory(common_b.block_table_cpu);
+    common_b.slot_mapping = in_host_memory(slots_b);
 
     const auto ctx = testing::builder_context_for(VarlenBackend::caps(), group_a);
     auto planner = VarlenBackend::make_builder(ctx);
@@ -104,7 +105,7 @@ TEST(VarlenBuilder, OwnsItsLengthArraysAndNamesTheRunnersTables) {
   EXPECT_EQ(static_cast<const void*>(md.cu_seqlens_q.data()), after[0].address);
   EXPECT_EQ(static_cast<const void*>(md.seqused_k.data()), after[1].address);
   // Block table and slots are the runner's fixed-address buffers (C3), named, not copied.
-  EXPECT_EQ(md.block_table.data, small.common().block_table.data);
+  EXPECT_EQ(md.block_table.data, small.common().block_table.data.data());
   EXPECT_EQ(md.slot_mapping.data(), small.common().slot_mapping.data());
   EXPECT_EQ(vec(md.seqused_k), (V32{5, 17}));
 }

@@ -32,14 +32,17 @@ struct WorkedExample {
 
   CommonAttentionMetadata common() const {
     CommonAttentionMetadata c;
-    c.query_start_loc_cpu = c.query_start_loc = query_start_loc;
-    c.seq_lens_cpu = c.seq_lens = seq_lens;
+    c.query_start_loc_cpu = query_start_loc;
+    c.query_start_loc = in_host_memory(query_start_loc);
+    c.seq_lens_cpu = seq_lens;
+    c.seq_lens = in_host_memory(seq_lens);
     c.num_reqs = 3;
     c.num_actual_tokens = 8;
     c.max_query_len = 4;
     c.max_seq_len = 128;
-    c.block_table = BlockTableView{block_table.data(), 3, kRowStride};
-    c.slot_mapping = slot_mapping;
+    c.block_table_cpu = BlockTableView{block_table.data(), 3, kRowStride};
+    c.block_table = in_host_memory(c.block_table_cpu);
+    c.slot_mapping = in_host_memory(slot_mapping);
     c.kernel_block_size = 16;
     return c;
   }
@@ -170,7 +173,7 @@ TEST(WorkedExample, BothImplsMatchDenseAttention) {
     auto impl = backend.make_impl(params, backend.resolve_variant(AttentionConfig{}));
     HostTensor out(DType::kFloat16, {8, spec.num_q_heads, spec.head_size});
     testing::poison(out);
-    impl->forward(batch.query, {}, {}, batch.kv, builder->build(0, batch.common()), out, {});
+    impl->forward(batch.query, {}, {}, batch.kv, builder->build(0, batch.common()), out, {}, Stream{});
     EXPECT_EQ(testing::expect_matches_dense(batch, out, nullptr, testing::dense_attention(batch.dense)), 0)
         << backend.name();
   }

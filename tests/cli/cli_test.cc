@@ -1,5 +1,6 @@
 // The attnkit binary as a user meets it: exit codes, what it prints, the replay round trip
 // against the independent dense attention, and bad input that must fail cleanly, naming the field.
+// Exit codes, every subcommand alike: 0 ok, 1 invalid configuration or input, 2 usage, 3 internal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,14 +10,18 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/invariants/checker.h"
 #include "attnkit/replay/batch_record.h"
 #include "attnkit/replay/npy.h"
 #include "attnkit/selection/registry.h"
+#include "attnkit/selection/selector.h"
 #include "attnkit/selection/validate.h"
 #include "cli/cli_runner.h"
+#include "cli/exit_codes.h"
 #include "support/random_batch.h"
 
 namespace attnkit::testing {
@@ -58,6 +63,15 @@ TEST(CliHelp, EverySubcommandExplainsItselfAndExitsZero) {
   const CliRun top = run_cli({"--help"});
   EXPECT_EQ(top.exit_code, 0) << top.both();
   EXPECT_TRUE(has(top.both(), "replay")) << top.both();
+}
+
+TEST(CliHelp, StatesTheExitCodesAtTheTopAndForEverySubcommand) {
+  const std::string footer = "Exit codes: 0 ok, 1 invalid configuration or input, 2 usage, 3 internal error";
+  const CliRun top = run_cli({"--help"});
+  EXPECT_TRUE(has(top.out, footer)) << top.out;
+  for (const std::string sub : {"demo", "backends", "matrix", "select", "replay"}) {
+    EXPECT_TRUE(has(run_cli({sub, "--help"}).out, footer)) << sub;
+  }
 }
 
 TEST(CliBackends, ListsEveryRegisteredBackendOnePerLine) {
@@ -102,10 +116,83 @@ TEST(CliSelect, AutoSelectionExitsZeroAndNamesTheBackend) {
 
 TEST(CliSelect, UnknownBackendFailsListingTheRegisteredNames) {
   const CliRun run = run_cli({"select", "--backend", "NOPE"});
-  EXPECT_NE(run.exit_code, 0) << run.both();
+  EXPECT_EQ(run.exit_code, 1) << run.both();
   EXPECT_FALSE(run.crashed);
   EXPECT_TRUE(has(run.both(), "NOPE")) << run.both();
   for (const BackendType& b : registered_backends()) EXPECT_TRUE(has(run.both(), std::string(b.name()))) << run.both();
+}
+
+// --- exit codes --------------------------------------------------------------------------------
+
+TEST(CliExitCode, ZeroForEverySubcommandThatSucceeds) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"backends"}, {"matrix"}, {"select"}, {"select", "--backend", "REFERENCE"}}) {
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 0) << args.front() << ": " << run.both();
+    EXPECT_FALSE(has(run.err, "attnkit:")) << run.err;
+  }
+}
+
+TEST(CliExitCode, OneForAFlagValueTheLibraryRejectsNamingTheFlag) {
+  const CliRun run = run_cli({"select", "--dtype", "float7"});
+  EXPECT_EQ(run.exit_code, 1) << run.both();
+  EXPECT_TRUE(has(run.err, "attnkit: error: --dtype = float7 is invalid")) << run.err;
+}
+
+TEST(CliExitCode, OneWhenAutoSelectionFindsNoBackend) {
+  const CliRun run = run_cli({"select", "--head-size", "7"});  // no registered backend has head size 7
+  EXPECT_EQ(run.exit_code, 1) << run.both();
+  EXPECT_TRUE(has(run.out, "selected: none")) << run.out;
+  for (const BackendType* b : default_registry().priority_list(PlatformKind::kCpu)) {
+    EXPECT_TRUE(has(run.err, std::string(b->name()) + ":")) << "every candidate's reasons: " << run.err;
+  }
+}
+
+TEST(CliExitCode, OneWhenTheReplayInputCannotBeRead) {
+  const CliScratch dir("empty");
+  for (const std::string& input : {dir.path(), dir.sub("no_such_directory")}) {
+    const CliRun run = run_cli({"replay", input});
+    EXPECT_EQ(run.exit_code, 1) << input << ": " << run.both();
+    EXPECT_TRUE(has(run.err, "batch.json")) << run.err;
+  }
+}
+
+TEST(CliExitCode, TwoForEveryUsageError) {
+  const std::vector<std::vector<std::string>> usage_errors = {
+      {},                                 // no subcommand
+      {"frobnicate"},                     // unknown subcommand
+      {"select", "--no-such-flag"},       // unknown flag
+      {"select", "--head-size"},          // flag without its value
+      {"select", "--head-size", "many"},  // value of the wrong type
+      {"replay"},                         // missing positional argument
+  };
+  for (const auto& args : usage_errors) {
+    std::string line = "attnkit";
+    for (const auto& a : args) line += " " + a;
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 2) << line << ": " << run.both();
+    EXPECT_FALSE(run.err.empty()) << line << " says nothing about what is wrong";
+  }
+}
+
+// No input makes attnkit fail unexpectedly on purpose, so the mapping main() applies to whatever a
+// subcommand throws is checked directly.
+TEST(CliExitCode, ThreeAndInternalErrorForAnExceptionThatIsNotAnAttnkitError) {
+  std::ostringstream err;
+  EXPECT_EQ(cli::report_failure(std::make_exception_ptr(std::logic_error("unexpected state")), err), 3);
+  EXPECT_EQ(err.str(), "attnkit: internal error: unexpected state\n");
+  std::ostringstream err_of_non_std;
+  EXPECT_EQ(cli::report_failure(std::make_exception_ptr(42), err_of_non_std), 3);
+  EXPECT_EQ(err_of_non_std.str().rfind("attnkit: internal error: ", 0), 0u) << err_of_non_std.str();
+}
+
+TEST(CliExitCode, OneForEveryAttnkitErrorIncludingFailedSelectionsAndInvariants) {
+  std::ostringstream err;
+  EXPECT_EQ(cli::report_failure(std::make_exception_ptr(Error("page_size", "0", ">= 1")), err), 1);
+  EXPECT_EQ(err.str(), "attnkit: error: page_size = 0 is invalid (allowed: >= 1)\n");
+  EXPECT_EQ(cli::report_failure(std::make_exception_ptr(SelectionError("no backend", "auto", "none", {})), err), 1);
+  EXPECT_EQ(cli::report_failure(std::make_exception_ptr(InvariantError(std::vector<Violation>{{5, "kernel block 99 out of range"}})), err), 1);
+  EXPECT_TRUE(has(err.str(), "V5: kernel block 99 out of range")) << err.str();
 }
 
 // --- replay round trip -------------------------------------------------------------------------
@@ -216,6 +303,31 @@ TEST(CliReplay, RoundTripOfEveryCpuAttentionBackendMatchesDenseAttention) {
   }
 }
 
+TEST(CliReplay, OutIntoADirectoryThatDoesNotExistCreatesItWithItsParents) {
+  std::mt19937 rng(13);
+  const CliScratch dir("record");
+  save_batch_record(dir.path(), record_within(find_backend("REFERENCE")->caps(), rng));
+  const CliScratch scratch("out");
+  const std::string out = scratch.sub("results/run 1/reference");
+  ASSERT_FALSE(fs::exists(scratch.sub("results")));
+  const CliRun run = run_cli({"replay", dir.path(), "--backend", "REFERENCE", "--lse", "--out", out});
+  ASSERT_EQ(run.exit_code, 0) << run.both();
+  for (const char* file : {"out.npy", "lse.npy", "metadata.json"}) {
+    EXPECT_TRUE(fs::is_regular_file(fs::path(out) / file)) << file;
+    EXPECT_FALSE(fs::exists(dir.sub(file))) << file << " written beside the input instead of into --out";
+  }
+}
+
+TEST(CliReplay, OutThatIsAFileIsInvalidInputNamingTheFlag) {
+  std::mt19937 rng(14);
+  const CliScratch dir("record");
+  save_batch_record(dir.path(), record_within(find_backend("REFERENCE")->caps(), rng));
+  const std::string file = dir.sub("batch.json");
+  const CliRun run = run_cli({"replay", dir.path(), "--out", file + "/results"});
+  EXPECT_EQ(run.exit_code, 1) << run.both();
+  EXPECT_TRUE(has(run.err, "--out")) << run.err;
+}
+
 // --- bad input ---------------------------------------------------------------------------------
 
 // A valid record: float32, head size 64, page 16, three or more requests.
@@ -306,7 +418,7 @@ TEST(CliReplay, BadInputFailsCleanlyNamingTheFieldAndWritesNoOutput) {
     args.insert(args.end(), c.extra_args.begin(), c.extra_args.end());
     const CliRun run = run_cli(args);
     EXPECT_FALSE(run.crashed) << run.both();
-    EXPECT_NE(run.exit_code, 0) << run.both();
+    EXPECT_EQ(run.exit_code, 1) << run.both();
     EXPECT_TRUE(has(run.err, c.field)) << "stderr does not name " << c.field << ":\n" << run.err;
     EXPECT_FALSE(fs::exists(dir.sub("out.npy"))) << "a failed replay wrote out.npy";
     EXPECT_FALSE(fs::exists(dir.sub("metadata.json")));

@@ -11,7 +11,7 @@ namespace {
 
 TEST(TensorView, ContiguousStridesAreRowMajor) {
   float storage[2 * 3 * 4] = {};
-  const TensorView v = TensorView::contiguous(storage, DType::kFloat32, {2, 3, 4});
+  const TensorView v = TensorView::contiguous(storage, DType::kFloat32, {2, 3, 4}, MemorySpace::kHost);
   EXPECT_EQ(v.ndim, 3);
   EXPECT_EQ(v.numel(), 24);
   EXPECT_EQ(v.stride[0], 12);
@@ -21,13 +21,13 @@ TEST(TensorView, ContiguousStridesAreRowMajor) {
   EXPECT_EQ(v.shape_string(), "[2, 3, 4]");
   EXPECT_FALSE(v.empty());
   EXPECT_TRUE(TensorView{}.empty());
-  EXPECT_THROW(TensorView::contiguous(storage, DType::kFloat32, {1, 1, 1, 1, 1}), std::invalid_argument);
+  EXPECT_THROW(TensorView::contiguous(storage, DType::kFloat32, {1, 1, 1, 1, 1}, MemorySpace::kHost), Error);
 }
 
 TEST(TensorView, SliceRowsSharesStorage) {
   HostTensor t(DType::kFloat16, {5, 2, 3});
   for (std::int64_t i = 0; i < 30; ++i) store_float(t.view().data, i, DType::kFloat16, static_cast<float>(i));
-  const TensorView rows = t.view().slice_rows(2, 4);
+  const HostTensorView rows = t.view().slice_rows(2, 4);
   EXPECT_EQ(rows.shape_string(), "[2, 2, 3]");
   EXPECT_EQ(rows.stride, t.view().stride);
   EXPECT_EQ(rows.get(0, 0, 0), 12.0f);  // row 2 starts at element 2 * 6
@@ -48,9 +48,27 @@ TEST(TensorView, StridedViewsReadTheRightElements) {
   t.ndim = 2;
   t.shape = {3, 2, 1, 1};
   t.stride = {1, 3, 0, 0};
-  EXPECT_EQ(t.get(2, 1), 50.0f);  // element (1, 2) of the original
-  EXPECT_EQ(t.get(1, 0), 10.0f);
-  EXPECT_EQ(t.slice_rows(1, 3).get(1, 1), 50.0f);
+  const HostTensorView h = host_view(t, "t");
+  EXPECT_EQ(h.get(2, 1), 50.0f);  // element (1, 2) of the original
+  EXPECT_EQ(h.get(1, 0), 10.0f);
+  EXPECT_EQ(h.slice_rows(1, 3).get(1, 1), 50.0f);
+}
+
+TEST(TensorView, DeviceMemoryHasNoHostAccessor) {
+  // Element access exists only on HostTensorView; the one way to get one refuses device memory.
+  float storage[4] = {};
+  const TensorView device = TensorView::contiguous(storage, DType::kFloat32, {4}, MemorySpace::kDevice);
+  try {
+    (void)host_view(device, "query");
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "query");
+    EXPECT_EQ(e.value(), "device memory");
+    EXPECT_EQ(e.allowed(), "host memory");
+  }
+  const DeviceSpan<const float> span(storage, 4, MemorySpace::kDevice);
+  EXPECT_THROW((void)host_span(span, "seq_lens"), Error);
+  EXPECT_EQ(host_span(in_host_memory(storage, 4), "seq_lens").size(), 4u);
 }
 
 TEST(HostTensor, OwnsContiguousStorageAndFills) {

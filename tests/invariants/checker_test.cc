@@ -30,7 +30,7 @@ void expect_reported(const StepSnapshot& snapshot, int invariant, const std::str
 }
 
 // A hybrid model on three backends; the second step is [prefill, decode, extend, decode], which
-// CSR_PLAN's threshold reorders decode-first. Every request holds exactly two pages, so no
+// CSR_PLAN's threshold puts decode-first (the driver applies order_requests(), as an engine does). Every request holds exactly two pages, so no
 // block-table row has entries past its valid pages (see the V7 checker bug below).
 class InvariantChecker : public ::testing::Test {
  public:
@@ -131,9 +131,8 @@ TEST_F(InvariantChecker, V3DecreasingQueryStartLoc) {
 }
 
 TEST_F(InvariantChecker, V3DeviceQueryStartLocNotEndingAtTheTokenCount) {
-  ints_ = copy_of(snapshot_.common.query_start_loc);
-  ints_.back() = 22;
-  snapshot_.common.query_start_loc = ints_;
+  // The checker reads the snapshot's host copy of the device array.
+  snapshot_.query_start_loc[4] = 22;
   expect_reported(snapshot_, 3, "query_start_loc (device)");
 }
 
@@ -146,10 +145,9 @@ TEST_F(InvariantChecker, V4ComputedTokensOffByOne) {
 
 // Group 0 (CSR_PLAN, full attention): kernel page == manager block, so both tables move together.
 void copy_tables(GroupSnapshot& g, std::vector<std::int32_t>& kernel_store, std::vector<std::int32_t>& manager_store) {
-  const BlockTableView& bt = g.common.block_table;
-  kernel_store.assign(bt.data, bt.data + static_cast<std::ptrdiff_t>(bt.num_rows) * bt.row_stride);
+  // The device table as the snapshot copied it; the test edits it through kernel_store.
+  kernel_store = g.block_table;
   manager_store = copy_of(g.manager_rows);
-  g.common.block_table.data = kernel_store.data();
   g.manager_rows = manager_store;
 }
 
@@ -160,44 +158,43 @@ TEST_F(InvariantChecker, V5BlockIdOutOfRange) {
   const std::int32_t bad = static_cast<std::int32_t>(g.geometry->num_kernel_blocks()) + 3;
   ints_[0] = bad;   // request 0, page 0
   ints2_[0] = bad;  // and its manager row, so only the range is wrong
+  g.block_table = ints_;  // the edited device table
   expect_reported(snapshot_, 5, "kernel block " + std::to_string(bad));
 }
 
 TEST_F(InvariantChecker, V5BlockUsedByTwoRequestsAtDifferentPositions) {
   GroupSnapshot& g = snapshot_.groups[0];
   copy_tables(g, ints_, ints2_);
-  const std::int32_t stride = g.common.block_table.row_stride;
+  const std::int32_t stride = g.block_table_stride;
   const std::int32_t mstride = g.manager_row_stride;
   // Request 0's first page becomes request 1's second page.
   const std::int32_t stolen = ints_[static_cast<std::size_t>(stride) + 1];
   ints_[0] = stolen;
   ints2_[0] = ints2_[static_cast<std::size_t>(mstride) + 1];
   ASSERT_EQ(ints2_[0], stolen);
+  g.block_table = ints_;  // the edited device table
   expect_reported(snapshot_, 5, "kernel block " + std::to_string(stolen) + " appears in request 0 and request 1");
 }
 
 TEST_F(InvariantChecker, V6SlotOutsideTheRequestsPage) {
   GroupSnapshot& g = snapshot_.groups[0];
-  slots_.assign(g.common.slot_mapping.begin(), g.common.slot_mapping.end());
   // Token 2 is request 2's first (the prefill); point it into request 1's first page.
-  slots_[2] = static_cast<std::int64_t>(g.common.block_table.row(1)[0]) * 16;
-  g.common.slot_mapping = slots_;
+  g.slot_mapping[2] = static_cast<std::int64_t>(g.block_row(1)[0]) * 16;
   expect_reported(snapshot_, 6, "token 2 (request 2");
 }
 
 TEST_F(InvariantChecker, V6SlotIntoAPageSharedWithAnotherRequest) {
   GroupSnapshot& g = snapshot_.groups[0];
   copy_tables(g, ints_, ints2_);
-  const std::int32_t stride = g.common.block_table.row_stride;
+  const std::int32_t stride = g.block_table_stride;
   const std::int32_t mstride = g.manager_row_stride;
   // Request 3 (context 25, writes positions 25..27 into its page 1) takes request 1's page 1
   // (same position, as prefix caching would share it: V5 allows that) and writes into it.
   const std::int32_t shared = ints_[static_cast<std::size_t>(stride) + 1];
   ints_[static_cast<std::size_t>(3 * stride) + 1] = shared;
   ints2_[static_cast<std::size_t>(3 * mstride) + 1] = ints2_[static_cast<std::size_t>(mstride) + 1];
-  slots_.assign(g.common.slot_mapping.begin(), g.common.slot_mapping.end());
-  for (int t = 20; t < 23; ++t) slots_[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(shared) * 16 + (25 + t - 20) % 16;
-  g.common.slot_mapping = slots_;
+  for (int t = 20; t < 23; ++t) g.slot_mapping[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(shared) * 16 + (25 + t - 20) % 16;
+  g.block_table = ints_;  // the edited device table
   const auto violations = check_invariants(snapshot_);
   for (const auto& v : violations) EXPECT_NE(v.invariant, 5) << v.message;
   expect_reported(snapshot_, 6, "page " + std::to_string(shared) + ", shared");
@@ -205,7 +202,10 @@ TEST_F(InvariantChecker, V6SlotIntoAPageSharedWithAnotherRequest) {
 
 TEST_F(InvariantChecker, V7OneArrayNotPermuted) {
   for (auto& a : snapshot_.reordered) {
-    if (a.name == "request_ids") a.reordered = a.original;  // left in the scheduler's order
+    if (a.name != "request_ids") continue;
+    ints_.assign(a.reordered.begin(), a.reordered.end());
+    std::swap(ints_[0], ints_[1]);  // one array permuted differently from the others
+    a.reordered = ints_;
   }
   expect_reported(snapshot_, 7, "request_ids");
 }
@@ -233,6 +233,28 @@ TEST_F(InvariantChecker, V9OptimisticLengthsReachABackendNeedingExactOnes) {
   expect_reported(snapshot_, 9, "layer csr.0 runs CSR_PLAN");
   for (const auto& v : check_invariants(snapshot_)) {
     if (v.invariant == 9) EXPECT_EQ(v.message.find("swa.2"), std::string::npos) << "REFERENCE reads device truth";
+  }
+}
+
+// One error hierarchy: what the checking runner throws is an attnkit::Error naming the first
+// violated invariant, while what() and violations() still carry every violation.
+TEST_F(InvariantChecker, InvariantErrorIsAnErrorNamingTheFirstViolatedInvariant) {
+  ASSERT_GT(snapshot_.current_buffers.size(), 2u);
+  GraphBuffer& moved = snapshot_.current_buffers[2];
+  moved.address = static_cast<const char*>(moved.address) + 64;  // V8
+  snapshot_.common.cpu_lengths_exact = false;                    // V9
+  const std::vector<Violation> violations = check_invariants(snapshot_);
+  ASSERT_GE(violations.size(), 2u) << describe(violations);
+  try {
+    throw InvariantError(violations);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "V8");
+    EXPECT_EQ(e.value(), violations.front().message);
+    EXPECT_NE(e.value().find(std::string(moved.name)), std::string::npos) << e.value();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("V8: "), std::string::npos) << what;
+    EXPECT_NE(what.find("V9: "), std::string::npos) << what;
+    EXPECT_EQ(dynamic_cast<const InvariantError&>(e).violations().size(), violations.size());
   }
 }
 

@@ -35,7 +35,7 @@ TEST(KVCacheStorage, ViewUsesTheKernelBlockGeometryAndTheNegotiatedLayout) {
   EXPECT_EQ(v.block_size, 16);
   EXPECT_EQ(v.num_kv_heads, 2);
   EXPECT_EQ(v.head_size, 8);
-  const KVCacheView expected = KVCacheView::make(v.data, DType::kFloat16, KVLayout::kSplitHND, 20, 16, 2, 8);
+  const KVCacheView expected = KVCacheView::make(v.data, DType::kFloat16, KVLayout::kSplitHND, 20, 16, 2, 8, MemorySpace::kHost);
   EXPECT_EQ(v.stride_block, expected.stride_block);
   EXPECT_EQ(v.stride_token, expected.stride_token);
   EXPECT_EQ(v.stride_head, expected.stride_head);

@@ -22,7 +22,7 @@ struct PoisonedCache {
   std::vector<std::byte> storage;
   KVCacheView view;
   PoisonedCache(DType dtype, KVLayout layout) {
-    view = KVCacheView::make(nullptr, dtype, layout, kBlocks, kBlockSize, kHeads, kHeadSize);
+    view = KVCacheView::make(nullptr, dtype, layout, kBlocks, kBlockSize, kHeads, kHeadSize, MemorySpace::kHost);
     storage.resize(view.num_bytes());
     view.data = storage.data();
     for (std::int64_t i = 0; i < view.num_elements(); ++i) store_float(view.data, i, dtype, kPoison);
@@ -54,7 +54,7 @@ TEST(KVCacheUpdate, WritesExactlyTheMappedSlotsInEveryLayout) {
       // Activations in the cache dtype, so the copy is exact.
       const HostTensor key = random_tokens(dtype, 6, 0.1f, 4.0f, 1);
       const HostTensor value = random_tokens(dtype, 6, 0.1f, 4.0f, 2);
-      kv_cache_update(key, value, kSlots, cache.view);
+      kv_cache_update(key, value, in_host_memory(kSlots), cache.view, Stream{});
 
       std::set<std::int64_t> written;
       for (std::int64_t t = 0; t < 6; ++t) {
@@ -63,8 +63,8 @@ TEST(KVCacheUpdate, WritesExactlyTheMappedSlotsInEveryLayout) {
         const std::int64_t block = slot / kBlockSize, offset = slot % kBlockSize;
         for (std::int64_t h = 0; h < kHeads; ++h)
           for (std::int64_t d = 0; d < kHeadSize; ++d) {
-            EXPECT_EQ(cache.view.k_at(block, offset, h, d), key.view().get(t, h, d));
-            EXPECT_EQ(cache.view.v_at(block, offset, h, d), value.view().get(t, h, d));
+            EXPECT_EQ(host_view(cache.view, "cache").k_at(block, offset, h, d), key.view().get(t, h, d));
+            EXPECT_EQ(host_view(cache.view, "cache").v_at(block, offset, h, d), value.view().get(t, h, d));
             written.insert(cache.view.k_index(block, offset, h) + d);
             written.insert(cache.view.v_index(block, offset, h) + d);
           }
@@ -89,19 +89,19 @@ TEST(KVCacheUpdate, ReadsStridedActivations) {
   for (std::int64_t i = 0; i < fused.view().numel(); ++i) static_cast<float*>(fused.view().data)[i] = dist(rng);
   auto slice = [&](int which) {
     TensorView v = TensorView::contiguous(static_cast<float*>(fused.view().data) + which * kHeads * kHeadSize,
-                                          DType::kFloat32, {tokens, kHeads, kHeadSize});
+                                          DType::kFloat32, {tokens, kHeads, kHeadSize}, MemorySpace::kHost);
     v.stride[0] = 2 * kHeads * kHeadSize;
     return v;
   };
   const TensorView key = slice(0), value = slice(1);
   PoisonedCache cache(DType::kFloat32, KVLayout::kSplitNHD);
-  kv_cache_update(key, value, kSlots, cache.view);
+  kv_cache_update(key, value, in_host_memory(kSlots), cache.view, Stream{});
   for (std::int64_t t : {0, 2, 3, 5}) {
     const std::int64_t slot = kSlots[static_cast<std::size_t>(t)];
     for (std::int64_t h = 0; h < kHeads; ++h)
       for (std::int64_t d = 0; d < kHeadSize; ++d) {
-        EXPECT_EQ(cache.view.k_at(slot / kBlockSize, slot % kBlockSize, h, d), key.get(t, h, d));
-        EXPECT_EQ(cache.view.v_at(slot / kBlockSize, slot % kBlockSize, h, d), value.get(t, h, d));
+        EXPECT_EQ(host_view(cache.view, "cache").k_at(slot / kBlockSize, slot % kBlockSize, h, d), host_view(key, "key").get(t, h, d));
+        EXPECT_EQ(host_view(cache.view, "cache").v_at(slot / kBlockSize, slot % kBlockSize, h, d), host_view(value, "value").get(t, h, d));
       }
   }
 }
@@ -120,7 +120,7 @@ TEST(KVCacheUpdate, Fp8StoresValueOverScaleRoundedToTheFp8Type) {
       cache.view.v_scale = 2.0f;   // V in [1, 100) -> stored in [0.5, 50)
       const HostTensor key = random_tokens(DType::kFloat16, 6, 0.1f, 3.0f, 3);
       const HostTensor value = random_tokens(DType::kFloat16, 6, 1.0f, 100.0f, 4);
-      kv_cache_update(key, value, kSlots, cache.view);
+      kv_cache_update(key, value, in_host_memory(kSlots), cache.view, Stream{});
       for (std::int64_t t : {0, 2, 3, 5}) {
         const std::int64_t slot = kSlots[static_cast<std::size_t>(t)];
         const std::int64_t block = slot / kBlockSize, offset = slot % kBlockSize;
@@ -133,27 +133,36 @@ TEST(KVCacheUpdate, Fp8StoresValueOverScaleRoundedToTheFp8Type) {
             EXPECT_EQ(load_float(cache.view.data, cache.view.v_index(block, offset, h) + d, c.dtype),
                       round_to(c.dtype, v / 2.0f));
             // ...so that stored * scale is the real value within fp8 precision.
-            EXPECT_NEAR(cache.view.k_at(block, offset, h, d), k, std::fabs(k) * c.relative_tolerance);
-            EXPECT_NEAR(cache.view.v_at(block, offset, h, d), v, std::fabs(v) * c.relative_tolerance);
+            EXPECT_NEAR(host_view(cache.view, "cache").k_at(block, offset, h, d), k, std::fabs(k) * c.relative_tolerance);
+            EXPECT_NEAR(host_view(cache.view, "cache").v_at(block, offset, h, d), v, std::fabs(v) * c.relative_tolerance);
           }
       }
     }
   }
 }
 
-TEST(KVCacheUpdate, OutOfRangeSlotIsRejectedBeforeAnyWrite) {
+// Slots are validated where they are produced (prepare_step); the op itself must still never
+// write outside the cache, whatever slot it is handed.
+TEST(KVCacheUpdate, OutOfRangeSlotIsSkippedNeverWritten) {
   PoisonedCache cache(DType::kFloat32, KVLayout::kFusedHND);
   const HostTensor key = random_tokens(DType::kFloat32, 2, 0.1f, 1.0f, 5);
   const HostTensor value = random_tokens(DType::kFloat32, 2, 0.1f, 1.0f, 6);
-  const std::vector<std::int64_t> slots{3, kBlocks * kBlockSize};
+  const std::vector<std::int64_t> slots{kBlocks * kBlockSize, kBlocks * kBlockSize + 100};
+  kv_cache_update(key, value, in_host_memory(slots), cache.view, Stream{});
+  for (std::int64_t i = 0; i < cache.view.num_elements(); ++i) ASSERT_TRUE(cache.poisoned(i)) << i;
+}
+
+TEST(KVCacheUpdate, KeyAndValueMustShareTheActivationDtype) {
+  PoisonedCache cache(DType::kFloat16, KVLayout::kFusedHND);
+  const HostTensor key = random_tokens(DType::kFloat16, 1, 0.1f, 1.0f, 5);
+  const HostTensor value = random_tokens(DType::kBFloat16, 1, 0.1f, 1.0f, 6);
+  const std::vector<std::int64_t> slots{0};
   try {
-    kv_cache_update(key, value, slots, cache.view);
+    kv_cache_update(key, value, in_host_memory(slots), cache.view, Stream{});
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "slot_mapping");
-    EXPECT_EQ(e.value(), std::to_string(kBlocks * kBlockSize));
+    EXPECT_EQ(e.field(), "value dtype");
   }
-  for (std::int64_t i = 0; i < cache.view.num_elements(); ++i) ASSERT_TRUE(cache.poisoned(i)) << i;
 }
 
 TEST(KVCacheUpdate, ShapeMismatchesNameTheField) {
@@ -163,7 +172,7 @@ TEST(KVCacheUpdate, ShapeMismatchesNameTheField) {
   const std::vector<std::int64_t> slots{0, 1, 2};
   auto field_of = [&](const TensorView& k, const TensorView& v, std::span<const std::int64_t> s) {
     try {
-      kv_cache_update(k, v, s, cache.view);
+      kv_cache_update(k, v, in_host_memory(s), cache.view, Stream{});
     } catch (const Error& e) {
       return e.field();
     }
@@ -185,10 +194,10 @@ TEST(KVCacheUpdate, ScalesAreOnlyForFp8Caches) {
   const std::vector<std::int64_t> slots{0};
   PoisonedCache half(DType::kFloat16, KVLayout::kFusedHND);
   half.view.v_scale = 0.5f;
-  EXPECT_THROW(kv_cache_update(key, value, slots, half.view), Error);
+  EXPECT_THROW(kv_cache_update(key, value, in_host_memory(slots), half.view, Stream{}), Error);
   PoisonedCache fp8(DType::kFp8E4M3, KVLayout::kFusedHND);
   fp8.view.k_scale = 0.0f;
-  EXPECT_THROW(kv_cache_update(key, value, slots, fp8.view), Error);
+  EXPECT_THROW(kv_cache_update(key, value, in_host_memory(slots), fp8.view, Stream{}), Error);
 }
 
 }  // namespace

@@ -27,21 +27,21 @@ TEST(KVCacheViewMake, StridesAreTheDenseValuesOfEachLayout) {
     const std::int64_t d = s.head_size, n = s.block_size, h = s.heads;
 
     // [num_blocks, num_kv_heads, block_size, 2*head_size]
-    KVCacheView fused = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kFusedHND, s.blocks, n, h, d);
+    KVCacheView fused = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kFusedHND, s.blocks, n, h, d, MemorySpace::kHost);
     EXPECT_EQ(fused.stride_token, 2 * d);
     EXPECT_EQ(fused.stride_head, n * 2 * d);
     EXPECT_EQ(fused.stride_block, h * n * 2 * d);
     EXPECT_EQ(fused.v_offset, d);
 
     // [num_blocks, 2, block_size, num_kv_heads, head_size]
-    KVCacheView nhd = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kSplitNHD, s.blocks, n, h, d);
+    KVCacheView nhd = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kSplitNHD, s.blocks, n, h, d, MemorySpace::kHost);
     EXPECT_EQ(nhd.stride_head, d);
     EXPECT_EQ(nhd.stride_token, h * d);
     EXPECT_EQ(nhd.v_offset, n * h * d);
     EXPECT_EQ(nhd.stride_block, 2 * n * h * d);
 
     // [num_blocks, 2, num_kv_heads, block_size, head_size]
-    KVCacheView hnd = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kSplitHND, s.blocks, n, h, d);
+    KVCacheView hnd = KVCacheView::make(nullptr, DType::kFloat16, KVLayout::kSplitHND, s.blocks, n, h, d, MemorySpace::kHost);
     EXPECT_EQ(hnd.stride_token, d);
     EXPECT_EQ(hnd.stride_head, n * d);
     EXPECT_EQ(hnd.v_offset, h * n * d);
@@ -63,7 +63,7 @@ TEST(KVCacheViewMake, EveryKAndVElementIsDistinctAndInRange) {
       SCOPED_TRACE(::testing::Message() << to_string(layout) << " " << s.blocks << "x" << s.block_size << "x" << s.heads
                                         << "x" << s.head_size);
       const KVCacheView v =
-          KVCacheView::make(nullptr, DType::kFloat32, layout, s.blocks, s.block_size, s.heads, s.head_size);
+          KVCacheView::make(nullptr, DType::kFloat32, layout, s.blocks, s.block_size, s.heads, s.head_size, MemorySpace::kHost);
       std::vector<int> hits(static_cast<std::size_t>(v.num_elements()), 0);
       for (std::int64_t b = 0; b < s.blocks; ++b)
         for (std::int64_t t = 0; t < s.block_size; ++t)

@@ -166,8 +166,8 @@ TEST(CascadeReuse, UpdateBlockTableKeepsThePlanAndSwapsPages) {
   EXPECT_NE(&reused, &plan) << "each builder owns its metadata object";
 
   auto impl = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
-  impl->forward(a.query, {}, {}, a.cache, plan, a.output, a.lse_view());
-  impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view());
+  impl->forward(a.query, {}, {}, a.cache, plan, a.output, a.lse_view(), Stream{});
+  impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view(), Stream{});
   EXPECT_TRUE(outputs_agree(a.output.view(), b.output.view(), 0.0));
   EXPECT_TRUE(matches_dense(b, dense_attention(b.dense())));
 }
@@ -188,7 +188,7 @@ TEST(CascadeReuse, GroupWithoutSharedPrefixPagesRunsWithoutCascade) {
   EXPECT_FALSE(reused.use_cascade);
   EXPECT_EQ(reused.common_prefix_len, 0);
   auto impl = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
-  impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view());
+  impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view(), Stream{});
   EXPECT_TRUE(matches_dense(b, dense_attention(b.dense())));
 }
 

@@ -92,7 +92,7 @@ void PagedCase::assign_pages(std::mt19937_64& rng) {
 void PagedCase::fill_cache(std::mt19937_64& rng) {
   const auto& p = spec_.params;
   cache = KVCacheView::make(nullptr, p.kv_cache_dtype, spec_.layout, cache.num_blocks, spec_.block_size, p.num_kv_heads,
-                            p.head_size);
+                            p.head_size, MemorySpace::kHost);
   cache.k_scale = spec_.k_scale;
   cache.v_scale = spec_.v_scale;
   cache_storage_.assign(cache.num_bytes(), std::byte{0});
@@ -144,9 +144,9 @@ CommonAttentionMetadata PagedCase::common() const {
   CommonAttentionMetadata c;
   const auto num_reqs = static_cast<std::int32_t>(seq_lens.size());
   c.query_start_loc_cpu = query_start_loc;
-  c.query_start_loc = query_start_loc;
+  c.query_start_loc = in_host_memory(query_start_loc);
   c.seq_lens_cpu = seq_lens;
-  c.seq_lens = seq_lens;
+  c.seq_lens = in_host_memory(seq_lens);
   c.num_reqs = num_reqs;
   c.num_actual_tokens = num_tokens;
   for (std::int32_t r = 0; r < num_reqs; ++r) {
@@ -154,7 +154,8 @@ CommonAttentionMetadata PagedCase::common() const {
                                                     query_start_loc[static_cast<std::size_t>(r)]);
     c.max_seq_len = std::max(c.max_seq_len, seq_lens[static_cast<std::size_t>(r)]);
   }
-  c.block_table = BlockTableView{block_table.data(), num_reqs + 1, row_stride};
+  c.block_table_cpu = BlockTableView{block_table.data(), num_reqs + 1, row_stride};
+  c.block_table = in_host_memory(c.block_table_cpu);
   c.kernel_block_size = spec_.block_size;
   c.causal = spec_.params.attn_type == AttentionType::kDecoder;
   return c;
@@ -199,8 +200,8 @@ DenseProblem PagedCase::dense() const {
           block_table[r * static_cast<std::size_t>(row_stride) + static_cast<std::size_t>(j / bs)];
       for (int h = 0; h < p.num_kv_heads; ++h) {
         for (int c = 0; c < p.head_size; ++c) {
-          keys.push_back(cache.k_at(block, j % bs, h, c));
-          values.push_back(cache.v_at(block, j % bs, h, c));
+          keys.push_back(host_view(cache, "cache").k_at(block, j % bs, h, c));
+          values.push_back(host_view(cache, "cache").v_at(block, j % bs, h, c));
         }
       }
     }
@@ -233,7 +234,7 @@ std::string PagedCase::describe() const {
 
 ::testing::AssertionResult matches_dense(const PagedCase& c, const DenseResult& ref) {
   const auto& p = c.spec().params;
-  const TensorView out = c.output.view();
+  const HostTensorView out = c.output.view();
   std::int64_t bad = 0;
   std::string first;
   auto report = [&](const std::string& what, double got, double want, double tol) {
@@ -300,7 +301,7 @@ bool run_reference(PagedCase& c, CascadePolicy cascade, std::int32_t common_pref
   auto impl = backend.make_impl(c.spec().params, variant);
   const CommonAttentionMetadata common = c.common();
   const AttentionMetadata& metadata = builder->build(common_prefix_len, common);
-  impl->forward(c.query, TensorView{}, TensorView{}, c.cache, metadata, c.output, c.lse_view());
+  impl->forward(c.query, TensorView{}, TensorView{}, c.cache, metadata, c.output, c.lse_view(), Stream{});
   return static_cast<const ReferenceMetadata&>(metadata).use_cascade;
 }
 

@@ -59,7 +59,7 @@ class PagedCase {
   HostTensor query;
   HostTensor output;
   HostTensor lse;  // [tokens, heads] float32; a 1x1 dummy when the spec has no LSE
-  TensorView lse_view() const { return spec_.with_lse ? lse.view() : TensorView{}; }
+  TensorView lse_view() const { return spec_.with_lse ? TensorView(lse.view()) : TensorView{}; }
 
   std::vector<std::int32_t> query_start_loc;
   std::vector<std::int32_t> seq_lens;

@@ -109,7 +109,7 @@ TEST(ReferenceImplForward, MetadataOfAnotherBackendIsRejected) {
   PagedCase c(small_spec());
   auto impl = ReferenceBackend::make_impl(c.spec().params, ReferenceBackend::kVariant);
   const OtherMetadata foreign;
-  EXPECT_EQ(error_field([&] { impl->forward(c.query, {}, {}, c.cache, foreign, c.output, c.lse_view()); }),
+  EXPECT_EQ(error_field([&] { impl->forward(c.query, {}, {}, c.cache, foreign, c.output, c.lse_view(), Stream{}); }),
             "attention metadata");
   auto builder = ReferenceBackend::make_builder(c.builder_context(CascadePolicy::kNever));
   const CommonAttentionMetadata common = c.common();
@@ -126,7 +126,7 @@ class ForwardChecks : public ::testing::Test {
   }
   std::string forward_error(const TensorView& q, const KVCacheView& cache, const TensorView& out,
                             const TensorView& lse) {
-    return error_field([&] { impl_->forward(q, {}, {}, cache, *metadata_, out, lse); });
+    return error_field([&] { impl_->forward(q, {}, {}, cache, *metadata_, out, lse, Stream{}); });
   }
   PagedCase c_;
   std::unique_ptr<MetadataBuilder> builder_;
@@ -169,7 +169,7 @@ TEST_F(ForwardChecks, CausalityMustAgreeWithTheLayer) {
   PagedCaseSpec s = small_spec();
   s.params.attn_type = AttentionType::kEncoder;  // non-causal layer, causal batch metadata
   auto encoder = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
-  EXPECT_EQ(error_field([&] { encoder->forward(c_.query, {}, {}, c_.cache, *metadata_, c_.output, {}); }),
+  EXPECT_EQ(error_field([&] { encoder->forward(c_.query, {}, {}, c_.cache, *metadata_, c_.output, {}, Stream{}); }),
             "metadata causal");
 }
 
@@ -188,8 +188,8 @@ TEST(ReferenceBuilder, RejectsInconsistentBatches) {
     std::vector<std::int32_t> qsl = c.query_start_loc;
     std::vector<std::int32_t> seq = c.seq_lens;
     edit(common, qsl, seq);
-    common.query_start_loc = qsl;
-    common.seq_lens = seq;
+    common.query_start_loc = in_host_memory(qsl);
+    common.seq_lens = in_host_memory(seq);
     EXPECT_EQ(error_field([&] { builder->build(0, common); }), field);
   };
   const BuilderContext ctx = c.builder_context(CascadePolicy::kNever);

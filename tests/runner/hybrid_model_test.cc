@@ -48,9 +48,10 @@ TEST(HybridModel, StartsWithThreeKVGroupsInFirstAppearanceOrder) {
   ASSERT_EQ(groups[2].attn_groups.size(), 1u);
   EXPECT_EQ(names_of(runner, groups[2].attn_groups[0]), (std::vector<std::string>{"rec.2", "rec.5"}));
 
-  // Auto on the CPU: the exact reference serves attention, the state backend the recurrent layers.
-  EXPECT_EQ(groups[0].attn_groups[0].backend->name(), "REFERENCE");
-  EXPECT_EQ(groups[1].attn_groups[0].backend->name(), "REFERENCE");
+  // Auto on the CPU: the fastest valid CPU backend (VARLEN, not the float64 oracle) serves
+  // attention, the state backend the recurrent layers.
+  EXPECT_EQ(groups[0].attn_groups[0].backend->name(), "VARLEN");
+  EXPECT_EQ(groups[1].attn_groups[0].backend->name(), "VARLEN");
   EXPECT_EQ(groups[2].attn_groups[0].backend->name(), "RECURRENT_STATE");
   EXPECT_EQ(runner.selection(runner.layer_id("rec.5")).backend->name(), "RECURRENT_STATE");
   for (const auto& g : groups) {
@@ -104,7 +105,7 @@ TEST(HybridModel, EveryLayerOfAnAttentionGroupSeesTheSameMetadataObject) {
 TEST(HybridModel, EachLayerGetsItsOwnKVTensor) {
   ModelRunner runner(hybrid_layers(), small_runner_config());
   std::set<const void*> tensors;
-  for (LayerId id = 0; id < runner.num_layers(); ++id) tensors.insert(runner.kv_cache(id).data);
+  for (std::int32_t i = 0; i < runner.num_layers(); ++i) tensors.insert(runner.kv_cache(runner.layer_id_at(i)).data);
   EXPECT_EQ(tensors.size(), static_cast<std::size_t>(runner.num_layers()));
   EXPECT_EQ(runner.kv_cache(runner.layer_id("rec.2")).block_size, 1);
   EXPECT_EQ(runner.kv_cache(runner.layer_id("rec.2")).num_blocks, small_runner_config().max_num_reqs);

@@ -28,12 +28,12 @@ TEST(KVGroupInnerLevel, OneKVGroupHoldsLayersOnTwoBackendsWithOneNegotiatedLayou
   const KVGroupState& g = runner.kv_groups()[0];
   ASSERT_EQ(g.attn_groups.size(), 2u);
   EXPECT_EQ(g.attn_groups[0].backend->name(), "REFERENCE");
-  EXPECT_EQ(g.attn_groups[0].layers, (std::vector<LayerId>{0, 2}));
+  EXPECT_EQ(g.attn_groups[0].layers, (std::vector<LayerId>{runner.layer_id_at(0), runner.layer_id_at(2)}));
   EXPECT_EQ(g.attn_groups[1].backend->name(), "VARLEN");
-  EXPECT_EQ(g.attn_groups[1].layers, (std::vector<LayerId>{1}));
+  EXPECT_EQ(g.attn_groups[1].layers, (std::vector<LayerId>{runner.layer_id_at(1)}));
   // VARLEN reads only fused_hnd, so that is the group's one layout, for every layer's tensor.
   EXPECT_EQ(g.geometry.layout, KVLayout::kFusedHND);
-  for (LayerId id = 0; id < 3; ++id) EXPECT_EQ(runner.kv_cache(id).layout, KVLayout::kFusedHND);
+  for (std::int32_t i = 0; i < 3; ++i) EXPECT_EQ(runner.kv_cache(runner.layer_id_at(i)).layout, KVLayout::kFusedHND);
 
   RunnerDriver driver(runner, 21);
   driver.prepare({{0, 23}, {1, 4}, {2, 16}});
@@ -71,8 +71,8 @@ void expect_expansion(const ModelRunner& runner, const RunnerDriver& driver, int
   for (std::int32_t r = 0; r < c.num_reqs; ++r) {
     const int id = driver.step_input().request_ids[static_cast<std::size_t>(order[static_cast<std::size_t>(r)])];
     const auto& blocks = driver.blocks(0, id);
-    const int seq_len = c.seq_lens[static_cast<std::size_t>(r)];
-    const auto row = c.block_table.row(r);
+    const int seq_len = host_span(c.seq_lens, "seq_lens")[static_cast<std::size_t>(r)];
+    const auto row = c.block_table_cpu.row(r);
     for (int p = 0; p < (seq_len + kernel - 1) / kernel; ++p) {
       EXPECT_EQ(row[static_cast<std::size_t>(p)], blocks[static_cast<std::size_t>(p / k)] * k + p % k)
           << "request " << id << " kernel page " << p;
@@ -82,7 +82,7 @@ void expect_expansion(const ModelRunner& runner, const RunnerDriver& driver, int
       const int pos = seq_len - query_len + t;
       const std::int64_t manager_slot =
           static_cast<std::int64_t>(blocks[static_cast<std::size_t>(pos / manager)]) * manager + pos % manager;
-      EXPECT_EQ(c.slot_mapping[static_cast<std::size_t>(qsl[static_cast<std::size_t>(r)] + t)], manager_slot)
+      EXPECT_EQ(host_span(c.slot_mapping, "slot_mapping")[static_cast<std::size_t>(qsl[static_cast<std::size_t>(r)] + t)], manager_slot)
           << "request " << id << " position " << pos;
     }
   }
@@ -94,8 +94,8 @@ TEST(KernelBlockSize, ForcedKernelPageSplitsEachManagerBlockConsistently) {
   RunnerConfig config = small_runner_config();
   config.num_manager_blocks = 16;
   ModelRunner runner({layer}, config);
-  EXPECT_EQ(runner.kv_cache(0).block_size, 16);
-  EXPECT_EQ(runner.kv_cache(0).num_blocks, 16 * 4);
+  EXPECT_EQ(runner.kv_cache(runner.layer_id_at(0)).block_size, 16);
+  EXPECT_EQ(runner.kv_cache(runner.layer_id_at(0)).num_blocks, 16 * 4);
   RunnerDriver driver(runner, 31);
   driver.prepare({{0, 70}, {1, 10}, {2, 64}});
   expect_expansion(runner, driver, 64, 16);
@@ -112,7 +112,7 @@ TEST(KernelBlockSize, CsrPlanWithManagerBlock128RunsOnKernelPage64) {
   config.backend = "CSR_PLAN";
   config.num_manager_blocks = 8;
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 128)}, config);
-  EXPECT_EQ(runner.kv_cache(0).block_size, 64);  // the largest CSR_PLAN page dividing 128
+  EXPECT_EQ(runner.kv_cache(runner.layer_id_at(0)).block_size, 64);  // the largest CSR_PLAN page dividing 128
   RunnerDriver driver(runner, 32);
   driver.prepare({{0, 130}, {1, 20}});
   expect_expansion(runner, driver, 128, 64);

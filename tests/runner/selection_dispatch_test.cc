@@ -35,16 +35,16 @@ TEST(SelectionIsDispatch, ForcingEachBackendChangesWhatExecutes) {
     std::vector<std::string> log;
     config.log = [&log](std::string_view line) { log.emplace_back(line); };
     ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, config);
-    const Selection& sel = runner.selection(0);
+    const Selection& sel = runner.selection(runner.layer_id_at(0));
     EXPECT_EQ(sel.backend->name(), f.backend);
     EXPECT_EQ(sel.variant, f.variant);
     EXPECT_TRUE(sel.explicit_choice);
     RunnerDriver driver(runner, 101);
     driver.prepare({{0, 17}, {1, 1}});
-    const AttentionMetadata* md = runner.forward_context().layer(0).metadata;
+    const AttentionMetadata* md = runner.forward_context().layer(runner.layer_id_at(0)).metadata;
     ASSERT_NE(md, nullptr);
     EXPECT_EQ(md->owner().name, f.backend);  // this backend's builder planned the step
-    EXPECT_EQ(runner.forward_context().layer(0).backend->name, f.backend);
+    EXPECT_EQ(runner.forward_context().layer(runner.layer_id_at(0)).backend->name, f.backend);
     variants.insert(sel.variant.name);
     owners.insert(md->owner().name);
     driver.run_layers();
@@ -84,19 +84,23 @@ TEST(SelectionIsDispatch, ExplicitBackendThatCannotRunFailsWithItsReasonsAndNeve
   }
 }
 
-TEST(SelectionIsDispatch, AutoOnTheCpuPicksTheReferenceAndLogsIt) {
+TEST(SelectionIsDispatch, AutoOnTheCpuPicksTheFastestValidBackendAndLogsIt) {
   RunnerConfig config = small_runner_config();
   std::vector<std::string> log;
   config.log = [&log](std::string_view line) { log.emplace_back(line); };
+  // fp16: the float32 varlen kernel validates, so the float64 oracle is not chosen.
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, config);
-  EXPECT_EQ(runner.selection(0).backend->name(), "REFERENCE");
-  EXPECT_FALSE(runner.selection(0).explicit_choice);
+  EXPECT_EQ(runner.selection(runner.layer_id_at(0)).backend->name(), "VARLEN");
+  EXPECT_FALSE(runner.selection(runner.layer_id_at(0)).explicit_choice);
   bool logged = false;
   for (const auto& line : log) {
-    logged = logged || (line.find("REFERENCE") != std::string::npos &&
-                        line.find(std::string(ReferenceBackend::kVariant.name)) != std::string::npos);
+    logged = logged || (line.find("VARLEN") != std::string::npos &&
+                        line.find(std::string(kVarlenCpuVariant.name)) != std::string::npos);
   }
   EXPECT_TRUE(logged);
+  // float32 activations: only the reference computes in them, so auto falls through to it.
+  ModelRunner exact({attention_layer("attn", 4, 2, 64, 16, 0, DType::kFloat32, DType::kFloat32)}, config);
+  EXPECT_EQ(exact.selection(exact.layer_id_at(0)).backend->name(), "REFERENCE");
 }
 
 // ---- B4 -----------------------------------------------------------------------------------------
@@ -109,14 +113,14 @@ RunnerConfig cascade_config() {
 
 TEST(CascadeThroughTheRunner, SharedFirstPagesGiveACommonPrefix) {
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, cascade_config());
-  ASSERT_EQ(runner.selection(0).backend->name(), "REFERENCE");
+  ASSERT_EQ(runner.selection(runner.layer_id_at(0)).backend->name(), "REFERENCE");
   RunnerDriver driver(runner, 111);
   driver.step({{0, 40}});
   // Prefix caching: request 1 starts from request 0's first 32 tokens, on the same two blocks.
   driver.fork(1, 0, 32);
   driver.fork(2, 0, 16);
   driver.prepare({{0, 1}, {1, 4}, {2, 3}});
-  const auto& md = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(0).metadata);
+  const auto& md = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   EXPECT_TRUE(md.use_cascade);
   EXPECT_EQ(md.common_prefix_len, 16);  // request 2 shares only the first page
   EXPECT_EQ(runner.kv_groups()[0].common_prefix_len, 16);
@@ -124,7 +128,7 @@ TEST(CascadeThroughTheRunner, SharedFirstPagesGiveACommonPrefix) {
   driver.expect_all_layers_match();
 
   driver.prepare({{0, 1}, {1, 2}});
-  const auto& md2 = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(0).metadata);
+  const auto& md2 = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   EXPECT_TRUE(md2.use_cascade);
   EXPECT_EQ(md2.common_prefix_len, 32);
   driver.run_layers();
@@ -137,7 +141,7 @@ TEST(CascadeThroughTheRunner, DifferentFirstBlocksGiveNoPrefix) {
   driver.step({{0, 40}, {1, 35}});
   driver.prepare({{0, 1}, {1, 1}});
   ASSERT_NE(driver.blocks(0, 0)[0], driver.blocks(0, 1)[0]);
-  const auto& md = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(0).metadata);
+  const auto& md = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   EXPECT_FALSE(md.use_cascade);
   EXPECT_EQ(md.common_prefix_len, 0);
   driver.run_layers();

@@ -2,6 +2,8 @@
 // the forward context (G5) and the CUDA-graph contract (C1-C3).
 #include <gtest/gtest.h>
 
+#include "attnkit/platform/memory.h"
+
 #include <numeric>
 #include <string>
 
@@ -14,6 +16,7 @@ namespace attnkit::testing {
 namespace {
 
 std::vector<std::int32_t> to_vector(std::span<const std::int32_t> s) { return {s.begin(), s.end()}; }
+std::vector<std::int32_t> to_vector(DeviceSpan<const std::int32_t> s) { return to_host_vector(s); }
 
 // ---- G6 / D2 ------------------------------------------------------------------------------------
 
@@ -85,7 +88,7 @@ TEST(BatchReorder, CsrPlanPutsDecodesFirstAndPermutesEveryArrayAlike) {
   const std::vector<int> ids{10, 11, 13, 12};
   for (std::int32_t r = 0; r < 4; ++r) {
     const auto& blocks = driver.blocks(0, ids[static_cast<std::size_t>(r)]);
-    const auto row = g.common.block_table.row(r);
+    const auto row = g.common.block_table_cpu.row(r);
     for (std::size_t p = 0; p < blocks.size(); ++p) EXPECT_EQ(row[p], blocks[p]) << "row " << r << " page " << p;
   }
   driver.run_layers();  // Q/K/V gathered with reorder(), outputs restored with restore_tokens
@@ -115,7 +118,7 @@ TEST(ForwardContext, AttentionOutsideAScopeThrows) {
   HostTensor q(DType::kFloat32, {3, 4, 64}), kv(DType::kFloat32, {3, 2, 64}), out(DType::kFloat32, {3, 4, 64});
   q.fill(0.5f);
   kv.fill(0.25f);
-  EXPECT_THROW(ModelRunner::unified_attention(0, q.view(), kv.view(), kv.view(), out.view()), Error);
+  EXPECT_THROW(ModelRunner::unified_attention(runner.layer_id_at(0), q.view(), kv.view(), kv.view(), out.view(), {}, Stream{}), Error);
   EXPECT_THROW(current_forward_context(), Error);
 }
 
@@ -123,7 +126,7 @@ TEST(ForwardContext, UnknownLayerNameThrowsNamingTheKnownLayers) {
   ModelRunner runner({attention_layer("model.layers.0.attn", 4, 2, 64, 16),
                       attention_layer("model.layers.1.attn", 4, 2, 64, 16)},
                      small_runner_config());
-  EXPECT_EQ(runner.forward_context().id_of("model.layers.1.attn"), 1);
+  EXPECT_EQ(runner.forward_context().id_of("model.layers.1.attn"), runner.layer_id_at(1));
   try {
     (void)runner.forward_context().id_of("unknown");
     FAIL();
@@ -145,7 +148,9 @@ TEST(ForwardContext, ScopesNestAndRestoreThePreviousContext) {
     {
       ForwardContextScope inner(inner_runner.forward_context());
       EXPECT_EQ(&current_forward_context(), &inner_runner.forward_context());
-      EXPECT_EQ(current_forward_context().name_of(0), "draft.attn");
+      EXPECT_EQ(current_forward_context().name_of(inner_runner.layer_id_at(0)), "draft.attn");
+      // An id is tied to its runner: the outer runner's layer 0 is not the draft's layer 0.
+      EXPECT_THROW((void)current_forward_context().name_of(outer_runner.layer_id_at(0)), Error);
     }
     EXPECT_EQ(&current_forward_context(), &outer_runner.forward_context());
   }
@@ -180,7 +185,9 @@ TEST(GraphSupport, VarlenAloneCapturesMixedBatchesAndReferenceNever) {
   d1.prepare({{0, 9}, {1, 1}});
   EXPECT_EQ(varlen.graph_mode(), GraphMode::kFull);
 
-  ModelRunner reference({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());
+  RunnerConfig exact = small_runner_config();
+  exact.backend = "REFERENCE";
+  ModelRunner reference({attention_layer("attn", 4, 2, 64, 16)}, exact);
   EXPECT_EQ(reference.graph_support(), CudaGraphSupport::kNever);
   RunnerDriver d2(reference, 83);
   d2.prepare({{0, 1}, {1, 1}});

@@ -17,38 +17,51 @@ std::vector<std::string> names_of(const std::vector<const BackendType*>& types) 
 TEST(DefaultRegistry, RegistersEveryBackendInDeclarationOrder) {
   std::vector<std::string> names;
   for (const BackendType& b : registered_backends()) names.emplace_back(b.name());
-  EXPECT_EQ(names, (std::vector<std::string>{"REFERENCE", "VARLEN", "CSR_PLAN", "RECURRENT_STATE"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"REFERENCE", "VARLEN", "CSR_PLAN", "RECURRENT_STATE", "GPU_REFERENCE"}));
   for (const BackendType& b : registered_backends()) EXPECT_EQ(find_backend(b.name()), &b);
   EXPECT_EQ(find_backend("varlen"), nullptr);
 }
 
 TEST(DefaultRegistry, PriorityListsPerPlatform) {
+  // The exact oracles stand after the fast backends: auto takes them only where nothing faster
+  // validates.
   EXPECT_EQ(names_of(priority_list(PlatformKind::kCpu)),
-            (std::vector<std::string>{"REFERENCE", "VARLEN", "CSR_PLAN", "RECURRENT_STATE"}));
-  EXPECT_EQ(names_of(priority_list(PlatformKind::kCuda)), (std::vector<std::string>{"VARLEN", "CSR_PLAN"}));
+            (std::vector<std::string>{"VARLEN", "CSR_PLAN", "REFERENCE", "RECURRENT_STATE"}));
+  EXPECT_EQ(names_of(priority_list(PlatformKind::kCuda)),
+            (std::vector<std::string>{"VARLEN", "CSR_PLAN", "GPU_REFERENCE"}));
 }
 
-TEST(DefaultRegistry, AutoOnCpuPicksTheReferenceForAPlainDecoderLayer) {
+TEST(DefaultRegistry, AutoOnCpuPicksTheFastestValidBackendNotTheOracle) {
   Selector selector(default_registry());
   const Selection& s = selector.select(AttentionConfig{}, std::nullopt);
-  EXPECT_EQ(s.backend->name(), "REFERENCE");
+  EXPECT_EQ(s.backend->name(), "VARLEN");
   EXPECT_FALSE(s.variant.name.empty());
+  AttentionConfig exact;
+  exact.dtype = DType::kFloat32;
+  exact.kv_cache_dtype = DType::kFloat32;
+  EXPECT_EQ(selector.select(exact, std::nullopt).backend->name(), "REFERENCE");
 }
 
-TEST(DefaultRegistry, AutoOnCudaFailsWithEveryCandidatesHardwareReason) {
+TEST(DefaultRegistry, AutoOnCudaSkipsTheCpuBackendsAndTakesTheGpuReferenceLast) {
   Selector selector(default_registry());
   AttentionConfig c;
   c.platform = Platform::cuda(90, "NVIDIA H200");
+  const Selection& s = selector.select(c, std::nullopt);
+  EXPECT_EQ(s.backend->name(), "GPU_REFERENCE");
+  ASSERT_EQ(s.candidates.size(), 3u);
+  for (std::size_t i = 0; i < 2; ++i) {  // VARLEN and CSR_PLAN have no CUDA kernel yet
+    ASSERT_FALSE(s.candidates[i].reasons.empty());
+    EXPECT_EQ(s.candidates[i].reasons[0].kind, ReasonKind::kHardware);
+    EXPECT_EQ(s.candidates[i].reasons[0].parameter, "platform");
+  }
+  // Nothing runs on a GPU the CUDA code was not built for: no substitute, every reason listed.
+  c.platform = Platform::cuda(80, "NVIDIA A100");
   try {
     selector.select(c, std::nullopt);
-    FAIL() << "no backend declares CUDA yet; auto selection there must fail, not substitute a CPU backend";
+    FAIL() << "sm_80 has no backend";
   } catch (const SelectionError& e) {
-    ASSERT_EQ(e.candidates().size(), 2u);
-    for (const CandidateReport& candidate : e.candidates()) {
-      ASSERT_FALSE(candidate.reasons.empty());
-      EXPECT_EQ(candidate.reasons[0].kind, ReasonKind::kHardware);
-      EXPECT_EQ(candidate.reasons[0].parameter, "platform");
-    }
+    ASSERT_EQ(e.candidates().size(), 3u);
+    EXPECT_EQ(e.candidates()[2].reasons.at(0).parameter, "compute_capability");
   }
 }
 
@@ -64,6 +77,7 @@ TEST(DefaultRegistry, EveryBackendCanBeNamedExplicitlyForAConfigurationItAccepts
     c.block_size = caps.block_sizes.sizes.empty() ? caps.block_sizes.multiple_of : caps.block_sizes.sizes[0];
     c.attn_type = caps.attention_types.at(0);
     c.kv_spec_kind = caps.kv_spec_kinds.at(0);
+    if (!caps.platforms.empty()) c.platform = caps.platforms[0] == PlatformKind::kCuda ? Platform::cuda(90, "H200") : Platform::cpu();
     const Selection& s = selector.select(c, b.name());
     EXPECT_EQ(s.backend, &b);
     EXPECT_TRUE(s.explicit_choice);

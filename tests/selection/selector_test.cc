@@ -157,6 +157,69 @@ TEST(SelectorExplicit, UnknownNameListsRegisteredBackends) {
   }
 }
 
+// --- one error hierarchy -------------------------------------------------------------------------
+// A caller that catches attnkit::Error catches a failed selection too, and reads which backend was
+// asked for (field "backend", value the name or "auto") and which ones would have worked (allowed).
+
+TEST(SelectionErrorIsAnError, FailedExplicitSelectionNamesTheRequestAndTheBackendsThatWouldAccept) {
+  Selector selector(fake_registry());
+  try {
+    selector.select(bf16_config(), "EXACT");  // EXACT rejects bfloat16, WIDE accepts it
+    FAIL() << "expected an attnkit::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "backend");
+    EXPECT_EQ(e.value(), "EXACT");
+    EXPECT_EQ(e.allowed(), "WIDE");
+    EXPECT_NE(std::string(e.what()).find("dtype = bfloat16, supported {float32, float16}"), std::string::npos)
+        << "what() still lists every reason: " << e.what();
+  }
+}
+
+TEST(SelectionErrorIsAnError, FailedAutoSelectionSaysAutoAndNone) {
+  Selector selector(fake_registry());
+  AttentionConfig c = exact_config();
+  c.dtype = DType::kFp8E4M3;  // no backend computes in fp8
+  try {
+    selector.select(c, std::nullopt);
+    FAIL() << "expected an attnkit::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "backend");
+    EXPECT_EQ(e.value(), "auto");
+    EXPECT_EQ(e.allowed(), "none");
+    const std::string what = e.what();
+    for (const char* candidate : {"EXACT:", "WIDE:", "STATE:"}) {
+      EXPECT_NE(what.find(candidate), std::string::npos) << "what() lists every candidate: " << what;
+    }
+  }
+}
+
+TEST(SelectionErrorIsAnError, UnknownNameIsTheValueAndTheAcceptingBackendsAreAllowed) {
+  Selector selector(fake_registry());
+  try {
+    selector.select(exact_config(), "NOPE");
+    FAIL() << "expected an attnkit::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "backend");
+    EXPECT_EQ(e.value(), "NOPE");
+    EXPECT_EQ(e.allowed(), "EXACT, WIDE");
+  }
+}
+
+TEST(SelectionErrorIsAnError, AutoFailureNamesARegisteredBackendOutsideThePriorityList) {
+  const BackendRegistry exact_first({backend_type_of<testing::FakeExactBackend>(), backend_type_of<testing::FakeWideBackend>()},
+                                    {{PlatformKind::kCpu, {"EXACT"}}});
+  Selector selector(exact_first);
+  try {
+    selector.select(bf16_config(), std::nullopt);
+    FAIL() << "WIDE is not on the CPU priority list; auto selection must not pick it";
+  } catch (const SelectionError& e) {
+    EXPECT_EQ(e.value(), "auto");
+    EXPECT_EQ(e.allowed(), "WIDE");
+    EXPECT_NE(std::string(e.what()).find("when chosen explicitly: WIDE"), std::string::npos) << e.what();
+    EXPECT_EQ(names_of(e.candidates()), (std::vector<std::string>{"EXACT"}));
+  }
+}
+
 // --- S3 log line ---------------------------------------------------------------------------------
 
 TEST(SelectionLogLine, AutoNamesBackendVariantAndSkippedCandidates) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <ostream>
 
 #include "attnkit/selection/validate.h"
 #include "fake_backends.h"
@@ -79,6 +80,11 @@ struct SingleParameterCase {
   const char* value;
   const char* supported;
 };
+
+// gtest lists each parameter beside its test name and CMake's test discovery copies that into the
+// ctest name; without a printer it would be the struct's bytes, pointers included, which change
+// from run to run.
+void PrintTo(const SingleParameterCase& tc, std::ostream* os) { *os << tc.name; }
 
 class ValidateSingleParameter : public ::testing::TestWithParam<SingleParameterCase> {};
 

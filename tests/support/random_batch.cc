@@ -164,7 +164,7 @@ DenseProblem dense_problem_of(const BatchRecord& record) {
 
   const int heads = record.num_kv_heads;
   const int d = record.head_size;
-  const TensorView& q = record.q.view();
+  const HostTensorView& q = record.q.view();
   for (std::int64_t i = 0; i < q.numel(); ++i) p.q.push_back(round_to(record.dtype, q.flat(i)));
 
   std::int64_t token = 0;  // this request's first row in q/k/v

@@ -118,8 +118,8 @@ void RunnerDriver::fork(int new_id, int from_id, int num_tokens) {
     const auto& from = groups_[gi].blocks.at(from_id);
     groups_[gi].blocks[new_id].assign(from.begin(), from.begin() + num_tokens / spec.block_size);
   }
-  for (LayerId id = 0; id < runner_.num_layers(); ++id) {
-    const LayerParams& p = runner_.layer(id).params;
+  for (std::int32_t id = 0; id < runner_.num_layers(); ++id) {
+    const LayerParams& p = runner_.layer(runner_.layer_id_at(id)).params;
     const auto row = sz(p.num_kv_heads) * sz(p.head_size);
     const auto& k = keys_[sz(id)].at(from_id);
     const auto& v = values_[sz(id)].at(from_id);
@@ -183,18 +183,41 @@ void RunnerDriver::prepare(const std::vector<StepRequest>& requests) {
   for (const auto& g : groups_) {
     tables_.push_back({g.rows, g.rows.empty() ? 1 : static_cast<std::int32_t>(g.rows.size() / requests.size())});
   }
+  // G8: the step goes to the runner in the order it asks for; the record stays in the
+  // scheduler's order.
+  const BatchReorder& order = runner_.order_requests(query_lens_);
+  const auto permuted = [&](const std::vector<std::int32_t>& in, std::vector<std::int32_t>& out) {
+    out.resize(in.size());
+    order.apply(std::span<const std::int32_t>(in), std::span<std::int32_t>(out));
+  };
+  permuted(ids_, step_ids_);
+  permuted(query_lens_, step_query_lens_);
+  permuted(computed_step_, step_computed_);
+  permuted(cpu_computed_, step_cpu_computed_);
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    const auto stride = sz(tables_[gi].row_stride);
+    auto& rows = groups_[gi].step_rows;
+    rows.resize(groups_[gi].rows.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const auto from = sz(order.order()[i]);
+      std::copy_n(groups_[gi].rows.begin() + static_cast<std::ptrdiff_t>(from * stride), stride,
+                  rows.begin() + static_cast<std::ptrdiff_t>(i * stride));
+    }
+    tables_[gi].data = rows;
+  }
   step_ = StepInput{};
-  step_.request_ids = ids_;
-  step_.query_lens = query_lens_;
-  step_.num_computed_tokens = computed_step_;
-  if (any_upper_bound) step_.cpu_num_computed_tokens = cpu_computed_;
+  step_.request_ids = step_ids_;
+  step_.query_lens = step_query_lens_;
+  step_.num_computed_tokens = step_computed_;
+  if (any_upper_bound) step_.cpu_num_computed_tokens = step_cpu_computed_;
   step_.block_tables = tables_;
-  runner_.prepare_step(step_);
+  runner_.prepare_step(step_, Stream{});
 }
 
-void RunnerDriver::run_attention_layer(LayerId id, const HostTensor& q, const HostTensor& k) {
+void RunnerDriver::run_attention_layer(std::int32_t index, const HostTensor& q, const HostTensor& k) {
   (void)k;
-  const LayerSpec& layer = runner_.layer(id);
+  const std::size_t id = sz(index);
+  const LayerSpec& layer = runner_.layer(runner_.layer_id_at(index));
   const LayerParams& p = layer.params;
   DenseProblem problem;
   problem.num_q_heads = p.num_q_heads;
@@ -221,8 +244,9 @@ void RunnerDriver::run_attention_layer(LayerId id, const HostTensor& q, const Ho
   expected_[sz(id)] = dense_attention(problem).out;
 }
 
-void RunnerDriver::run_recurrent_layer(LayerId id, const HostTensor& q) {
-  const LayerParams& p = runner_.layer(id).params;
+void RunnerDriver::run_recurrent_layer(std::int32_t index, const HostTensor& q) {
+  const std::size_t id = sz(index);
+  const LayerParams& p = runner_.layer(runner_.layer_id_at(index)).params;
   const auto width = sz(p.num_kv_heads) * sz(p.head_size);
   auto& expected = expected_[sz(id)];
   expected.assign(sz(q.view().numel()), 0.0);
@@ -241,8 +265,10 @@ void RunnerDriver::run_recurrent_layer(LayerId id, const HostTensor& q) {
 void RunnerDriver::run_layers() {
   const BatchReorder& reorder = runner_.reorder();
   const std::int64_t tokens = qsl_.back();
-  for (LayerId id = 0; id < runner_.num_layers(); ++id) {
-    const LayerSpec& layer = runner_.layer(id);
+  for (std::int32_t index = 0; index < runner_.num_layers(); ++index) {
+    const LayerId layer_id = runner_.layer_id_at(index);
+    const std::size_t id = sz(index);
+    const LayerSpec& layer = runner_.layer(layer_id);
     const LayerParams& p = layer.params;
     HostTensor q(p.dtype, {tokens, p.num_q_heads, p.head_size});
     HostTensor k(p.dtype, {tokens, p.num_kv_heads, p.head_size});
@@ -263,9 +289,9 @@ void RunnerDriver::run_layers() {
           values.push_back(round_to(p.kv_cache_dtype, v.view().flat(static_cast<std::int64_t>(e))));
         }
       }
-      run_attention_layer(id, q, k);
+      run_attention_layer(index, q, k);
     } else {
-      run_recurrent_layer(id, q);
+      run_recurrent_layer(index, q);
     }
     // The runner's order in, the scheduler's order back.
     HostTensor q_run(p.dtype, q.dims()), k_run(p.dtype, k.dims()), v_run(p.dtype, v.dims());
@@ -276,7 +302,7 @@ void RunnerDriver::run_layers() {
     out_run.fill(std::numeric_limits<float>::quiet_NaN());  // unwritten elements must show
     {
       ForwardContextScope scope(runner_.forward_context());
-      ModelRunner::unified_attention(id, q_run.view(), k_run.view(), v_run.view(), out_run.view());
+      ModelRunner::unified_attention(layer_id, q_run.view(), k_run.view(), v_run.view(), out_run.view(), {}, Stream{});
     }
     outputs_[sz(id)] = HostTensor(p.dtype, q.dims());
     outputs_[sz(id)].fill(std::numeric_limits<float>::quiet_NaN());
@@ -291,10 +317,11 @@ void RunnerDriver::step(const std::vector<StepRequest>& requests) {
   expect_all_layers_match();
 }
 
-int RunnerDriver::expect_layer_matches(LayerId id) const {
-  const LayerSpec& layer = runner_.layer(id);
-  const TensorView& out = outputs_[sz(id)].view();
-  const auto& want = expected_[sz(id)];
+int RunnerDriver::expect_layer_matches(LayerId layer_id) const {
+  const LayerSpec& layer = runner_.layer(layer_id);
+  const auto id = static_cast<std::size_t>(runner_.forward_context().index_of(layer_id));
+  const HostTensorView& out = outputs_[id].view();
+  const auto& want = expected_[id];
   const double rel = relative_tolerance(layer.params.dtype);
   const double abs_tol = 2e-5;
   int bad = 0;
@@ -314,7 +341,10 @@ int RunnerDriver::expect_layer_matches(LayerId id) const {
 }
 
 void RunnerDriver::expect_all_layers_match() const {
-  for (LayerId id = 0; id < runner_.num_layers(); ++id) EXPECT_EQ(expect_layer_matches(id), 0) << runner_.layer(id).name;
+  for (std::int32_t i = 0; i < runner_.num_layers(); ++i) {
+    const LayerId id = runner_.layer_id_at(i);
+    EXPECT_EQ(expect_layer_matches(id), 0) << runner_.layer(id).name;
+  }
 }
 
 }  // namespace attnkit::testing

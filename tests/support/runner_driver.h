@@ -42,7 +42,8 @@ class RunnerDriver {
   // pages), sharing its physical blocks. Attention-only models.
   void fork(int new_id, int from_id, int num_tokens);
 
-  // prepare_step with the StepInput built from the record (requests in scheduler order).
+  // prepare_step with the StepInput built from the record: requests given in scheduler order,
+  // handed to the runner in the order order_requests() asks for (the engine's job, G8).
   void prepare(const std::vector<StepRequest>& requests);
   // Every layer through ModelRunner::unified_attention inside a ForwardContextScope, Q/K/V
   // gathered into the runner's order and the output restored; updates the record and the
@@ -60,18 +61,21 @@ class RunnerDriver {
   int computed(int request_id) const;
   const StepInput& step_input() const { return step_; }
   const std::vector<std::int32_t>& original_query_start_loc() const { return qsl_; }
-  const HostTensor& output(LayerId id) const { return outputs_[static_cast<std::size_t>(id)]; }
+  const HostTensor& output(LayerId id) const {
+    return outputs_[static_cast<std::size_t>(runner_.forward_context().index_of(id))];
+  }
 
  private:
   struct GroupRecord {
     std::vector<std::int32_t> free;  // shuffled
     std::map<int, std::vector<std::int32_t>> blocks;
-    std::vector<std::int32_t> rows;  // this step's manager table, [num_reqs][row_stride]
+    std::vector<std::int32_t> rows;       // this step's manager table, [num_reqs][row_stride]
+    std::vector<std::int32_t> step_rows;  // the same rows in the runner's request order
   };
   void ensure_blocks(int group, int request_id, int tokens);
   void take_block(GroupRecord& g, std::int32_t block);
-  void run_attention_layer(LayerId id, const HostTensor& q, const HostTensor& k);
-  void run_recurrent_layer(LayerId id, const HostTensor& q);
+  void run_attention_layer(std::int32_t layer_index, const HostTensor& q, const HostTensor& k);
+  void run_recurrent_layer(std::int32_t layer_index, const HostTensor& q);
 
   ModelRunner& runner_;
   std::mt19937 rng_;
@@ -82,7 +86,8 @@ class RunnerDriver {
   std::vector<std::map<int, std::vector<double>>> keys_, values_, states_;
   // This step.
   std::vector<StepRequest> requests_;
-  std::vector<std::int32_t> ids_, query_lens_, computed_step_, cpu_computed_, qsl_;
+  std::vector<std::int32_t> ids_, query_lens_, computed_step_, cpu_computed_, qsl_;  // scheduler order
+  std::vector<std::int32_t> step_ids_, step_query_lens_, step_computed_, step_cpu_computed_;  // runner order
   std::vector<ManagerBlockTable> tables_;
   StepInput step_;
   std::vector<HostTensor> outputs_;

@@ -17,6 +17,8 @@
 #include "attnkit/metadata/common.h"
 #include "attnkit/metadata/metadata.h"
 #include "attnkit/backends/capabilities.h"
+#include "attnkit/platform/memory.h"
+#include "attnkit/platform/stream.h"
 
 namespace attnkit {
 
@@ -70,16 +72,31 @@ struct BuilderContext {
   int max_num_reqs = 256;
   int max_num_tokens = 8192;
   int max_blocks_per_req = 0;  // kernel blocks
+  // Capture shapes (C3): the padded token counts a CUDA graph may be captured for, ascending;
+  // a builder sizes per-shape plan buffers from them. Empty = eager only.
+  std::vector<int> capture_sizes;
   CascadePolicy cascade = CascadePolicy::kHeuristic;
+  // The builder's one fixed-address workspace lives in `memory` (device memory on CUDA, host
+  // memory on the CPU platform); its host mirror in `mirror_memory` (pinned). nullptr = host.
   MemoryResource* memory = nullptr;
+  MemoryResource* mirror_memory = nullptr;
 };
 
+// A step's plan is made in two parts: build() on the host writes the plan into the builder's
+// pinned mirror (or, on the CPU platform, its host buffers) and returns the metadata; enqueue()
+// then moves it to the builder's fixed-address device workspace with one asynchronous copy on the
+// caller's stream. build() never reads device memory and never synchronizes; a CUDA graph that
+// captured enqueue() replays the copy from the same mirror, so a later build() with new contents
+// followed by the graph's replay runs the new plan (ModelRunner::plan_step).
 class MetadataBuilder {
  public:
   virtual ~MetadataBuilder() = default;
-  // Per step (hot path): rewrites the valid region of buffers allocated at construction and
-  // returns the one metadata object this builder owns. Allocates nothing.
+  // Per step (hot path), host part: rewrites the valid region of buffers allocated at
+  // construction and returns the one metadata object this builder owns. Allocates nothing.
   virtual const AttentionMetadata& build(std::int32_t common_prefix_len, const CommonAttentionMetadata& common) = 0;
+  // Per step (hot path), device part: enqueues this step's plan upload on `stream`. Builders whose
+  // plan lives in host memory (CPU platform) or only names the runner's arrays have nothing to do.
+  virtual void enqueue(Stream stream) { (void)stream; }
   // G4 (only if caps.supports_update_block_table): `planned` was built this step by a builder of
   // the same backend for another KV group with the same batch structure; reuse its plan and take
   // only page tables and slot mapping from `common`.
@@ -90,14 +107,16 @@ class MetadataBuilder {
 
 // Per layer per step (hot path). `key`/`value` are this step's new tokens; a backend that does
 // not fuse the KV update (caps.forward_includes_kv_update false) ignores them because the shared
-// update op already wrote them. `lse` is [tokens, q_heads] float32 or empty.
+// update op already wrote them. `lse` is [tokens, q_heads] float32 or empty. Everything is
+// enqueued on `stream`; nothing allocates or synchronizes. Tensors live where the backend's
+// platform computes (host memory on the CPU platform, device memory on CUDA).
 class AttentionImpl {
  public:
   virtual ~AttentionImpl() = default;
   virtual KernelVariant variant() const = 0;
   virtual void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                        const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
-                       const TensorView& lse) = 0;
+                       const TensorView& lse, Stream stream) = 0;
 };
 
 struct BackendType {

@@ -18,5 +18,10 @@ Error::Error(std::string field, std::string value, std::string allowed, std::str
       value_(std::move(value)),
       allowed_(std::move(allowed)) {}
 
+Error::Error(Message what, std::string field, std::string value, std::string allowed)
+    : std::runtime_error(what.text),
+      field_(std::move(field)),
+      value_(std::move(value)),
+      allowed_(std::move(allowed)) {}
 
 }  // namespace attnkit

@@ -1,16 +1,20 @@
 #include "attnkit/core/tensor.h"
 
-#include <stdexcept>
+#include <string>
 
 namespace attnkit {
 
-TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> dims) {
-  return contiguous(data, dtype, std::vector<std::int64_t>(dims));
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> dims,
+                                  MemorySpace space) {
+  return contiguous(data, dtype, std::vector<std::int64_t>(dims), space);
 }
 
-TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std::int64_t>& dims) {
-  if (dims.size() > kMaxDims) throw std::invalid_argument("TensorView supports at most 4 dims");
+TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std::int64_t>& dims,
+                                  MemorySpace space) {
+  ATTNKIT_REQUIRE(dims.size() <= static_cast<std::size_t>(kMaxDims), "tensor dims", std::to_string(dims.size()),
+                  "at most " + std::to_string(kMaxDims));
   TensorView v;
+  v.space = space;
   v.data = data;
   v.dtype = dtype;
   v.ndim = static_cast<int>(dims.size());
@@ -36,6 +40,17 @@ TensorView TensorView::slice_rows(std::int64_t begin, std::int64_t end) const {
   return v;
 }
 
+HostTensorView HostTensorView::slice_rows(std::int64_t begin, std::int64_t end) const {
+  return HostTensorView(TensorView::slice_rows(begin, end));
+}
+
+HostTensorView host_view(const TensorView& view, std::string_view field) {
+  require_host(view.space, field);
+  return HostTensorView(view);
+}
+
+std::string_view to_string(MemorySpace space) { return space == MemorySpace::kHost ? "host" : "device"; }
+
 std::string TensorView::shape_string() const {
   std::string s = "[";
   for (int i = 0; i < ndim; ++i) {
@@ -49,7 +64,7 @@ HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> dims) : dims_(std:
   std::int64_t n = 1;
   for (auto d : dims_) n *= d;
   storage_.resize(static_cast<std::size_t>(n) * size_of(dtype));
-  view_ = TensorView::contiguous(storage_.data(), dtype, dims_);
+  view_ = host_view(TensorView::contiguous(storage_.data(), dtype, dims_, MemorySpace::kHost), "HostTensor");
 }
 
 HostTensor::HostTensor(const HostTensor& other)

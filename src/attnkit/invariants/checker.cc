@@ -93,18 +93,18 @@ class Checker {
       }
     };
     check(s_.common.query_start_loc_cpu, "query_start_loc (cpu)");
-    check(s_.common.query_start_loc, "query_start_loc (device)");
+    check(std::span<const std::int32_t>(s_.query_start_loc).first(std::min(s_.query_start_loc.size(), static_cast<std::size_t>(num_reqs()) + 1)), "query_start_loc (device)");
   }
 
   void context_lengths_agree() {
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
       const auto i = static_cast<std::size_t>(r);
-      const std::int32_t context = s_.common.seq_lens[i] - s_.query_lens[i];
+      const std::int32_t context = s_.seq_lens[i] - s_.query_lens[i];
       if (context != s_.num_computed_tokens[i]) {
         fail(4, "request " + std::to_string(r) + ": seq_len - query_len = " + std::to_string(context) +
                     " but " + std::to_string(s_.num_computed_tokens[i]) + " tokens are in the cache");
       }
-      if (s_.common.seq_lens_cpu[i] < s_.common.seq_lens[i]) {
+      if (s_.common.seq_lens_cpu[i] < s_.seq_lens[i]) {
         fail(4, "request " + std::to_string(r) + ": host seq_len below the device truth");
       }
     }
@@ -117,8 +117,8 @@ class Checker {
     const int k = g.geometry->blocks_per_manager_block();
     std::map<std::int32_t, std::pair<std::int32_t, std::int32_t>> owner;  // block -> (request, index)
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
-      const auto row = g.common.block_table.row(r);
-      const std::int32_t pages = (g.common.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
+      const auto row = g.block_row(r);
+      const std::int32_t pages = (s_.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
       if (pages > static_cast<std::int32_t>(row.size())) {
         fail(5, "group " + std::to_string(gi) + " request " + std::to_string(r) + ": " + std::to_string(pages) +
                     " pages needed, block table row holds " + std::to_string(row.size()));
@@ -151,15 +151,15 @@ class Checker {
     const std::int32_t b = g.geometry->kernel_block_size;
     std::map<std::int32_t, std::int32_t> readers;  // block -> number of requests with it in their pages
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
-      const std::int32_t pages = (g.common.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
-      const auto row = g.common.block_table.row(r);
+      const std::int32_t pages = (s_.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
+      const auto row = g.block_row(r);
       for (std::int32_t p = 0; p < pages && p < static_cast<std::int32_t>(row.size()); ++p) ++readers[row[static_cast<std::size_t>(p)]];
     }
     const auto& qsl = s_.common.query_start_loc_cpu;
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
-      const auto row = g.common.block_table.row(r);
+      const auto row = g.block_row(r);
       for (std::int32_t t = qsl[static_cast<std::size_t>(r)]; t < qsl[static_cast<std::size_t>(r) + 1]; ++t) {
-        const std::int64_t slot = g.common.slot_mapping[static_cast<std::size_t>(t)];
+        const std::int64_t slot = g.slot_mapping[static_cast<std::size_t>(t)];
         if (slot == kPaddingSlot) continue;
         const std::int32_t pos = s_.num_computed_tokens[static_cast<std::size_t>(r)] + (t - qsl[static_cast<std::size_t>(r)]);
         const auto page = static_cast<std::size_t>(pos / b);
@@ -173,8 +173,8 @@ class Checker {
                       " writes into page " + std::to_string(row[page]) + ", shared with another request");
         }
       }
-      for (std::size_t t = static_cast<std::size_t>(s_.common.num_actual_tokens); t < g.common.slot_mapping.size(); ++t) {
-        if (g.common.slot_mapping[t] != kPaddingSlot) fail(6, "padding token " + std::to_string(t) + " has a slot");
+      for (std::size_t t = static_cast<std::size_t>(s_.common.num_actual_tokens); t < g.slot_mapping.size(); ++t) {
+        if (g.slot_mapping[t] != kPaddingSlot) fail(6, "padding token " + std::to_string(t) + " has a slot");
       }
     }
   }
@@ -239,7 +239,15 @@ class Checker {
 
 std::vector<Violation> check_invariants(const StepSnapshot& snapshot) { return Checker(snapshot).run(); }
 
+namespace {
+std::string first_invariant(const std::vector<Violation>& vs) {
+  return vs.empty() ? "invariants" : "V" + std::to_string(vs.front().invariant);
+}
+std::string first_message(const std::vector<Violation>& vs) { return vs.empty() ? "no violation recorded" : vs.front().message; }
+}  // namespace
+
 InvariantError::InvariantError(std::vector<Violation> violations)
-    : std::runtime_error(join(violations)), violations_(std::move(violations)) {}
+    : Error(Message{join(violations)}, first_invariant(violations), first_message(violations), "V1-V9 hold"),
+      violations_(std::move(violations)) {}
 
 }  // namespace attnkit

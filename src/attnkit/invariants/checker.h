@@ -5,16 +5,15 @@
 
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attnkit/backends/backend.h"
+#include "attnkit/core/error.h"
 #include "attnkit/kv/kv_cache.h"
 
 namespace attnkit {
-
 
 struct LayerSnapshot {
   std::string_view name;
@@ -26,11 +25,21 @@ struct LayerSnapshot {
   const KVCacheView* kv_view = nullptr;
 };
 
+// Device arrays are copied to the host when the snapshot is taken (a debug tool: on the CUDA
+// platform that is a synchronous copy), so the checker reads only host memory.
 struct GroupSnapshot {
   const KVGroupGeometry* geometry = nullptr;
   CommonAttentionMetadata common;                // this group's copy (block table, slots)
-  std::span<const std::int32_t> manager_rows;    // reordered, [num_reqs][manager_row_stride]
+  std::span<const std::int32_t> manager_rows;    // [num_reqs][manager_row_stride]
   std::int32_t manager_row_stride = 0;
+  std::vector<std::int32_t> block_table;         // the device table, [num_reqs][block_table_stride]
+  std::int32_t block_table_stride = 0;
+  std::vector<std::int64_t> slot_mapping;        // the device slots, [num_tokens_padded]
+  std::span<const std::int32_t> block_row(std::int32_t r) const {
+    return std::span<const std::int32_t>(block_table)
+        .subspan(static_cast<std::size_t>(r) * static_cast<std::size_t>(block_table_stride),
+                 static_cast<std::size_t>(block_table_stride));
+  }
 };
 
 // A per-request array before and after the reorder.
@@ -50,9 +59,12 @@ struct StepSnapshot {
   std::vector<LayerSnapshot> layers;
   std::vector<GroupSnapshot> groups;
   CommonAttentionMetadata common;                     // the template
+  std::vector<std::int32_t> query_start_loc;          // device truth, copied: [num_reqs_padded + 1]
+  std::vector<std::int32_t> seq_lens;                 // device truth, copied: [num_reqs_padded]
   std::span<const std::int32_t> query_lens;           // reordered
   std::span<const std::int32_t> num_computed_tokens;  // reordered device truth
   std::span<const std::int32_t> order;
+  std::vector<std::int32_t> order_storage;  // what `order` points into, when the snapshot owns it
   std::vector<ReorderedArray> reordered;
   std::vector<GraphBuffer> captured_buffers;
   std::vector<GraphBuffer> current_buffers;
@@ -65,8 +77,9 @@ struct Violation {
 
 std::vector<Violation> check_invariants(const StepSnapshot& snapshot);
 
-
-class InvariantError : public std::runtime_error {
+// A prepared step broke invariants. what() lists every violation; as an Error, field() names the
+// first violated invariant ("V5") and value() its message.
+class InvariantError : public Error {
  public:
   explicit InvariantError(std::vector<Violation> violations);
   const std::vector<Violation>& violations() const { return violations_; }

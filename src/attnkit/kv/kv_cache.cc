@@ -45,16 +45,16 @@ void check_scale(float scale, const char* field, DType dtype) {
   }
 }
 
-KVCacheView make_view(void* data, const KVGroupGeometry& g) {
+KVCacheView make_view(void* data, const KVGroupGeometry& g, MemorySpace space) {
   const KVCacheSpec& spec = g.spec;
   if (spec.is_attention()) {
     return KVCacheView::make(data, spec.dtype, g.layout, g.num_kernel_blocks(), g.kernel_block_size, spec.num_kv_heads,
-                             spec.head_size);
+                             spec.head_size, space);
   }
   // One state slot per manager block, in the K plane of a block_size-1 view. The view's V plane
   // is allocated (so the view never spans memory it does not own) but unused in this version.
   return KVCacheView::make(data, spec.dtype, KVLayout::kSplitNHD, g.num_manager_blocks, 1, spec.num_kv_heads,
-                           spec.head_size);
+                           spec.head_size, space);
 }
 
 }  // namespace
@@ -72,7 +72,7 @@ KVCacheView KVCacheStorage::allocate_layer(const std::string& layer_name, const 
   check_geometry(geometry);
   check_scale(k_scale, "k_scale", geometry.spec.dtype);
   check_scale(v_scale, "v_scale", geometry.spec.dtype);
-  KVCacheView view = make_view(nullptr, geometry);
+  KVCacheView view = make_view(nullptr, geometry, memory_->space());
   const std::size_t bytes = view.num_bytes();
   void* data = memory_->allocate(bytes);
   try {
@@ -80,7 +80,7 @@ KVCacheView KVCacheStorage::allocate_layer(const std::string& layer_name, const 
     view.k_scale = k_scale;
     view.v_scale = v_scale;
     // Poison is a raw stored value (rounded to the cache dtype), so tests can spot unwritten slots.
-    if (memory_->kind() == PlatformKind::kCpu) {
+    if (memory_->space() == MemorySpace::kHost) {
       for (std::int64_t i = 0; i < view.num_elements(); ++i) store_float(data, i, view.dtype, poison);
     } else {
       // Device memory is filled from a host staging copy (start-up only; a copy from pageable

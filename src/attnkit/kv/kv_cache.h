@@ -10,7 +10,7 @@
 
 #include "attnkit/kv/layout.h"
 #include "attnkit/kv/spec.h"
-#include "attnkit/platform/platform.h"
+#include "attnkit/platform/memory.h"
 
 namespace attnkit {
 

@@ -28,8 +28,10 @@ std::string describe_layouts(const std::vector<KVLayout>& layouts) {
 }
 
 KVCacheView KVCacheView::make(void* data, DType dtype, KVLayout layout, std::int64_t num_blocks,
-                              std::int64_t block_size, std::int64_t num_kv_heads, std::int64_t head_size) {
+                              std::int64_t block_size, std::int64_t num_kv_heads, std::int64_t head_size,
+                              MemorySpace space) {
   KVCacheView v;
+  v.space = space;
   v.data = data;
   v.dtype = dtype;
   v.layout = layout;
@@ -60,6 +62,11 @@ KVCacheView KVCacheView::make(void* data, DType dtype, KVLayout layout, std::int
       break;
   }
   return v;
+}
+
+HostKVCacheView host_view(const KVCacheView& view, std::string_view field) {
+  require_host(view.space, field);
+  return HostKVCacheView(view);
 }
 
 }  // namespace attnkit

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/core/memory_space.h"
+
 namespace attnkit {
 
 // Manager block IDs of each request, row-major [num_reqs][row_stride]; the first
@@ -17,15 +19,20 @@ struct ManagerBlockTable {
   }
 };
 
-// Requests in the scheduler's order; the runner may reorder them (G8). seq_len of a request is
-// num_computed_tokens + query_len.
+// Requests in the order the runner asked for (G8: ModelRunner::order_requests(); prepare_step
+// refuses any other order), so Q/K/V, the output and every per-request array the engine builds are
+// already in the kernels' order. seq_len of a request is num_computed_tokens + query_len.
 struct StepInput {
   std::span<const std::int32_t> request_ids;          // the caller's row identity (sampling state)
   std::span<const std::int32_t> query_lens;           // new tokens this step
-  std::span<const std::int32_t> num_computed_tokens;  // context already in the cache (device truth)
+  std::span<const std::int32_t> num_computed_tokens;  // context already in the cache (the truth)
   // Host-side belief when it differs from the truth (async speculative decoding: all drafts assumed
   // accepted, so these are upper bounds). Empty = the host lengths are exact.
   std::span<const std::int32_t> cpu_num_computed_tokens;
+  // D2: the truth as the engine's device array (e.g. written by the sampler), in this step's
+  // request order. When set, the device sequence lengths are computed from it on the device and
+  // the host never reads it; `num_computed_tokens` is then only checked for size.
+  DeviceSpan<const std::int32_t> device_num_computed_tokens;
   std::span<const ManagerBlockTable> block_tables;  // one per KV-cache group
   std::int32_t num_reqs() const { return static_cast<std::int32_t>(query_lens.size()); }
 };

@@ -1,51 +1,66 @@
-// Built when nvcc exists, as C++17 in its own object library (CMake 3.25 cannot ask nvcc for
-// C++20), so it speaks plain C types; gpu_probe_cuda.cc turns the result into a GpuProbe.
-// Any runtime error means "no GPU" (error 35 without a driver).
+// Built where nvcc exists, as a C++20 source of the library (gpu_probe_none.cc stands in without
+// nvcc). Any CUDA runtime error means "no GPU" (error 35 without a driver); the text is kept.
 #include <cuda_runtime.h>
 
-#include <cstdio>
+#include <string>
 
-#include "attnkit/platform/gpu_probe_cuda.h"
+#include "attnkit/platform/platform.h"
 
+namespace attnkit {
 namespace {
-// A launch that must write its argument proves the device runs code built for it (sm_90).
+
+// A launch that must write its argument proves the device runs code built for it (sm_90a).
 __global__ void probe_kernel(int* flag) { *flag = 1; }
 
-void copy_text(char* dst, int capacity, const char* src) { std::snprintf(dst, static_cast<size_t>(capacity), "%s", src); }
+std::string cuda_error(cudaError_t err) { return std::string("CUDA: ") + cudaGetErrorString(err); }
+
+// Launches probe_kernel and reads its flag back; cudaSuccess only when the flag arrived.
+cudaError_t run_probe_kernel(int& host_flag) {
+  int* flag = nullptr;
+  cudaError_t err = cudaMalloc(&flag, sizeof(int));
+  if (err != cudaSuccess) return err;
+  probe_kernel<<<1, 1>>>(flag);
+  err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaMemcpy(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost);
+  const cudaError_t free_err = cudaFree(flag);
+  return err != cudaSuccess ? err : free_err;
+}
+
 }  // namespace
 
-extern "C" int attnkit_cuda_probe(AttnkitCudaProbeResult* out) {
-  out->device_count = 0;
-  out->compute_capability = 0;
-  out->device_name[0] = '\0';
-  out->error[0] = '\0';
+GpuProbe probe_gpu() {
+  GpuProbe probe;
+  probe.built_with_cuda = true;
   int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    copy_text(out->error, sizeof(out->error),
-              err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-    (void)cudaGetLastError();
-    return 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the process goes on without a GPU
+    probe.error = cuda_error(err);
+    return probe;
+  }
+  if (count == 0) {
+    probe.error = "CUDA: no CUDA device";
+    return probe;
   }
   cudaDeviceProp prop{};
-  if ((err = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
-    copy_text(out->error, sizeof(out->error), cudaGetErrorString(err));
-    return 0;
+  if (const cudaError_t err = cudaGetDeviceProperties(&prop, 0); err != cudaSuccess) {
+    probe.error = cuda_error(err);
+    return probe;
   }
-  int* flag = nullptr;
   int host_flag = 0;
-  if ((err = cudaMalloc(&flag, sizeof(int))) == cudaSuccess) {
-    probe_kernel<<<1, 1>>>(flag);
-    err = cudaGetLastError();
-    if (err == cudaSuccess) err = cudaMemcpy(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost);
-    cudaFree(flag);
+  if (const cudaError_t err = run_probe_kernel(host_flag); err != cudaSuccess) {
+    // e.g. cudaErrorNoKernelImageForDevice on a GPU other than sm_90
+    (void)cudaGetLastError();
+    probe.error = cuda_error(err);
+    return probe;
   }
-  if (err != cudaSuccess || host_flag != 1) {
-    copy_text(out->error, sizeof(out->error), err != cudaSuccess ? cudaGetErrorString(err) : "probe kernel wrote nothing");
-    return 0;
+  if (host_flag != 1) {
+    probe.error = "CUDA: probe kernel wrote nothing";
+    return probe;
   }
-  out->device_count = count;
-  out->compute_capability = prop.major * 10 + prop.minor;
-  copy_text(out->device_name, sizeof(out->device_name), prop.name);
-  return 1;
+  probe.device_count = count;
+  probe.compute_capability = prop.major * 10 + prop.minor;
+  probe.device_name = prop.name;
+  return probe;
 }
+
+}  // namespace attnkit

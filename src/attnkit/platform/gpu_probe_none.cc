@@ -1,4 +1,5 @@
-// Built when nvcc is absent: the library still works on the CPU platform.
+// Built when nvcc is absent (or -DATTNKIT_ENABLE_CUDA=OFF): the library still works on the CPU
+// platform. With nvcc, gpu_probe.cu defines probe_gpu() instead.
 #include "attnkit/platform/platform.h"
 
 namespace attnkit {

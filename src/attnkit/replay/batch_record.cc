@@ -308,7 +308,7 @@ void validate_token_shapes(const BatchRecord& record, const std::vector<std::int
   validate_shape("v.npy", v, token_shape(record, record.num_kv_heads), "[num_tokens, num_kv_heads, head_size]");
 }
 
-void require_finite(const std::string& file, const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2,
+void require_finite(const std::string& file, const HostTensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2,
                     std::int64_t i3, const std::string& context = {}) {
   const float value = t.get(i0, i1, i2, i3);
   if (std::isfinite(value)) return;
@@ -321,7 +321,7 @@ void require_finite(const std::string& file, const TensorView& t, std::int64_t i
 // pages an engine never wrote may hold anything and are never read.
 void validate_finite(const BatchRecord& record) {
   for (auto [file, tensor] : {std::pair{"q.npy", &record.q}, std::pair{"k.npy", &record.k}, std::pair{"v.npy", &record.v}}) {
-    const TensorView& t = tensor->view();
+    const HostTensorView& t = tensor->view();
     for (std::int64_t i = 0; i < t.dim(0); ++i)
       for (std::int64_t h = 0; h < t.dim(1); ++h)
         for (std::int64_t d = 0; d < t.dim(2); ++d) require_finite(file, t, i, h, d, 0);

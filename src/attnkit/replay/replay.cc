@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/kv/kv_update.h"
+#include "attnkit/platform/device_tensor.h"
 #include "attnkit/replay/metadata_json.h"
 #include "attnkit/replay/npy.h"
 #include "attnkit/runner/model_runner.h"
@@ -61,6 +63,7 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
     max_row = std::max(max_row, static_cast<std::int32_t>(q.blocks.size()));
   }
   RunnerConfig rc;
+  rc.platform = options.platform;
   rc.backend = options.backend;
   rc.max_num_reqs = n;
   rc.max_num_tokens = tokens;
@@ -82,7 +85,8 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
     layer_spec.params.attn_type = *options.attn_type;
   }
   ModelRunner runner({layer_spec}, rc);
-  const LayerId layer = 0;
+  const LayerId layer = runner.layer_id_at(0);
+  MemoryResource& memory = runner.kv_memory();  // where this platform's kernels read
 
   // The recorded context enters the cache through the shared update op: logical slot
   // b*page_size + t is block b, offset t, whatever the physical layout.
@@ -90,19 +94,32 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
     const std::int64_t slots = static_cast<std::int64_t>(record.num_blocks()) * record.page_size;
     std::vector<std::int64_t> identity(static_cast<std::size_t>(slots));
     std::iota(identity.begin(), identity.end(), 0);
-    const auto flat = [&](const HostTensor& t) {
-      return TensorView::contiguous(t.view().data, DType::kFloat32, {slots, record.num_kv_heads, record.head_size});
+    const std::vector<std::int64_t> dims{slots, record.num_kv_heads, record.head_size};
+    const auto on_platform = [&](const HostTensor& t) {
+      return DeviceTensor(memory, host_view(TensorView::contiguous(t.view().data, DType::kFloat32, dims,
+                                                                    MemorySpace::kHost), "cache"));
     };
-    kv_cache_update(flat(record.k_cache), flat(record.v_cache), identity, runner.kv_cache(layer));
+    const DeviceTensor k_cache = on_platform(record.k_cache), v_cache = on_platform(record.v_cache);
+    DeviceArray<std::int64_t> slot_array(memory, identity.size());
+    memory.copy_from_host(slot_array.data(), identity.data(), identity.size() * sizeof(std::int64_t));
+    // Start-up: the context is written once, on the legacy stream, before the step.
+    kv_cache_update(k_cache.view(), v_cache.view(), slot_array.first(identity.size()), runner.kv_cache(layer), Stream{});
   }
 
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(n)), qlens, computed, rows;
-  std::iota(ids.begin(), ids.end(), 0);
+  // G8: the step in the runner's order (decodes first where the backend asks for it).
+  std::vector<std::int32_t> record_qlens;
   std::vector<std::int32_t> qsl{0};
   for (const auto& q : record.requests) {
+    record_qlens.push_back(q.query_len);
+    qsl.push_back(qsl.back() + q.query_len);
+  }
+  const BatchReorder& reorder = runner.order_requests(record_qlens);
+  std::vector<std::int32_t> ids, qlens, computed, rows;
+  for (std::int32_t r : reorder.order()) {
+    const auto& q = record.requests[static_cast<std::size_t>(r)];
+    ids.push_back(r);
     qlens.push_back(q.query_len);
     computed.push_back(q.seq_len - q.query_len);
-    qsl.push_back(qsl.back() + q.query_len);
     std::vector<std::int32_t> row(static_cast<std::size_t>(max_row), 0);
     std::copy(q.blocks.begin(), q.blocks.end(), row.begin());
     rows.insert(rows.end(), row.begin(), row.end());
@@ -113,11 +130,10 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   step.query_lens = qlens;
   step.num_computed_tokens = computed;
   step.block_tables = {&table, 1};
-  runner.prepare_step(step);
+  runner.prepare_step(step, Stream{});
   if (options.on_prepared) options.on_prepared(runner);
 
-  // Q/K/V in the runner's (decode-first) order; the output goes back to the record's order.
-  const BatchReorder& reorder = runner.reorder();
+  // Q/K/V in the runner's order, on the platform; the output goes back to the record's order.
   const HostTensor q_in = to_dtype(record.q.view(), record.dtype);
   const HostTensor k_in = to_dtype(record.k.view(), record.dtype);
   const HostTensor v_in = to_dtype(record.v.view(), record.dtype);
@@ -125,18 +141,20 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   reorder.gather_tokens(q_in.view(), qsl, q.view());
   reorder.gather_tokens(k_in.view(), qsl, k.view());
   reorder.gather_tokens(v_in.view(), qsl, v.view());
-  HostTensor out(record.dtype, q.dims());
-  out.fill(std::numeric_limits<float>::quiet_NaN());  // unwritten elements must show
-  HostTensor lse;
+  const DeviceTensor q_dev(memory, q.view()), k_dev(memory, k.view()), v_dev(memory, v.view());
+  DeviceTensor out_dev(memory, record.dtype, q.dims());
+  out_dev.fill(std::numeric_limits<float>::quiet_NaN());  // unwritten elements must show
+  DeviceTensor lse_dev;
   if (options.want_lse) {
-    lse = HostTensor(DType::kFloat32, {tokens, record.num_q_heads});
-    lse.fill(std::numeric_limits<float>::quiet_NaN());
+    lse_dev = DeviceTensor(memory, DType::kFloat32, {tokens, record.num_q_heads});
+    lse_dev.fill(std::numeric_limits<float>::quiet_NaN());
   }
   {
     ForwardContextScope scope(runner.forward_context());
-    ModelRunner::unified_attention(layer, q.view(), k.view(), v.view(), out.view(),
-                                   options.want_lse ? lse.view() : TensorView{});
+    ModelRunner::unified_attention(layer, q_dev, k_dev, v_dev, out_dev, options.want_lse ? lse_dev.view() : TensorView{},
+                                   Stream{});
   }
+  const HostTensor out = out_dev.to_host();  // the legacy stream orders this copy after the layer
 
   ReplayResult result;
   const Selection& sel = runner.selection(layer);
@@ -146,6 +164,7 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   result.out = HostTensor(DType::kFloat32, out.dims());
   reorder.restore_tokens(out_f32.view(), qsl, result.out.view());
   if (options.want_lse) {
+    const HostTensor lse = lse_dev.to_host();
     result.lse = HostTensor(DType::kFloat32, lse.dims());
     reorder.restore_tokens(lse.view(), qsl, result.lse.view());
   }

@@ -15,7 +15,8 @@
 namespace attnkit {
 
 struct ReplayOptions {
-  std::optional<std::string> backend;  // nullopt = auto selection
+  Platform platform = Platform::cpu();  // where the step runs (CUDA: the KV cache and tensors on the GPU)
+  std::optional<std::string> backend;   // nullopt = auto selection
   bool want_lse = false;
   bool check_invariants = true;
   CascadePolicy cascade = CascadePolicy::kHeuristic;

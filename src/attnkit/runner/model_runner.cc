@@ -11,6 +11,8 @@
 #include "attnkit/kv/kv_update.h"
 #include "attnkit/selection/negotiation.h"
 #include "attnkit/kv/slot_mapping.h"
+#include "attnkit/kv/slot_mapping_kernel.h"
+#include "attnkit/platform/platform.h"
 #include "attnkit/selection/registry.h"
 
 namespace attnkit {
@@ -70,17 +72,82 @@ AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig&
   return c;
 }
 
+namespace {
+
+bool on_cuda(const RunnerConfig& c) { return c.platform.kind == PlatformKind::kCuda; }
+
+MemoryResource& default_kv_memory(const RunnerConfig& c) {
+  if (c.kv_memory) return *c.kv_memory;
+  return on_cuda(c) ? cuda_device_memory() : host_memory();
+}
+MemoryResource& default_workspace_memory(const RunnerConfig& c) {
+  if (c.workspace_memory) return *c.workspace_memory;
+  return on_cuda(c) ? cuda_device_memory() : host_memory();
+}
+MemoryResource& default_pinned_memory(const RunnerConfig& c) {
+  if (c.pinned_memory) return *c.pinned_memory;
+  return on_cuda(c) ? pinned_host_memory() : host_memory();
+}
+
+// Start-up: the platform decides where kernels read; memory a caller injects must agree.
+RunnerConfig checked(RunnerConfig c) {
+  const MemorySpace kernel_space = on_cuda(c) ? MemorySpace::kDevice : MemorySpace::kHost;
+  const std::string allowed = std::string(to_string(kernel_space)) + " memory on the " +
+                              std::string(to_string(c.platform.kind)) + " platform";
+  ATTNKIT_REQUIRE(default_kv_memory(c).space() == kernel_space, "kv_memory",
+                  std::string(to_string(default_kv_memory(c).space())), allowed);
+  ATTNKIT_REQUIRE(default_workspace_memory(c).space() == kernel_space, "workspace_memory",
+                  std::string(to_string(default_workspace_memory(c).space())), allowed);
+  ATTNKIT_REQUIRE(default_pinned_memory(c).space() == MemorySpace::kHost &&
+                      (!on_cuda(c) || default_pinned_memory(c).pinned()),
+                  "pinned_memory", default_pinned_memory(c).pinned() ? "pinned host memory" : "not pinned",
+                  on_cuda(c) ? "pinned host memory" : "host memory");
+  ATTNKIT_REQUIRE(c.max_num_reqs >= 1 && c.max_num_tokens >= 1 && c.max_model_len >= 1, "max_num_reqs/tokens/model_len",
+                  std::to_string(c.max_num_reqs) + "/" + std::to_string(c.max_num_tokens) + "/" +
+                      std::to_string(c.max_model_len),
+                  ">= 1 each");
+  ATTNKIT_REQUIRE(c.capture_sizes.empty() || on_cuda(c), "capture_sizes", std::to_string(c.capture_sizes.size()) + " sizes",
+                  "none on the cpu platform", "CUDA graphs exist on the CUDA platform only");
+  for (std::size_t i = 0; i < c.capture_sizes.size(); ++i) {
+    ATTNKIT_REQUIRE(c.capture_sizes[i] >= 1 && c.capture_sizes[i] <= c.max_num_tokens &&
+                        (i == 0 || c.capture_sizes[i] > c.capture_sizes[i - 1]),
+                    "capture_sizes[" + std::to_string(i) + "]", std::to_string(c.capture_sizes[i]),
+                    "ascending, in [1, max_num_tokens " + std::to_string(c.max_num_tokens) + "]");
+  }
+  if (on_cuda(c)) {
+    const GpuProbe probe = probe_gpu();
+    ATTNKIT_REQUIRE(probe.available(), "platform", c.platform.describe(), "a platform with a usable GPU",
+                    probe.error);
+  }
+  return c;
+}
+
+}  // namespace
+
+std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes) {
+  std::size_t per_block = 0;
+  for (const LayerSpec& l : layers) {
+    if (l.kv_spec.is_attention()) per_block += l.kv_spec.page_bytes();
+  }
+  ATTNKIT_REQUIRE(per_block > 0, "layers", "no attention layer", "at least one attention layer");
+  const std::size_t blocks = budget_bytes / per_block;
+  ATTNKIT_REQUIRE(blocks >= 1, "kv memory budget", std::to_string(budget_bytes) + " bytes",
+                  ">= " + std::to_string(per_block) + " bytes (one block of every attention layer)");
+  return static_cast<std::int32_t>(std::min<std::size_t>(blocks, std::numeric_limits<std::int32_t>::max()));
+}
+
 ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
-    : config_(std::move(config)),
+    : config_(checked(std::move(config))),
+      kv_memory_(&default_kv_memory(config_)),
+      workspace_memory_(&default_workspace_memory(config_)),
+      pinned_memory_(&default_pinned_memory(config_)),
       layers_(std::move(layers)),
       selector_(default_registry()),
-      storage_(host_memory()),
+      storage_(*kv_memory_),
       context_(names_of(layers_)),
       reorder_(config_.max_num_reqs),
-      common_builder_(host_memory(), config_.max_num_reqs) {
+      common_builder_(*workspace_memory_, *pinned_memory_, config_.max_num_reqs, config_.max_model_len) {
   ATTNKIT_REQUIRE(!layers_.empty(), "layers", "0", ">= 1 layer");
-  ATTNKIT_REQUIRE(config_.platform.kind == PlatformKind::kCpu, "platform", config_.platform.describe(), "cpu",
-          "this build runs kernels on the CPU platform only");
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     check_layer(layers_[i]);
     for (std::size_t j = 0; j < i; ++j) {
@@ -123,7 +190,7 @@ void ModelRunner::build_groups() {
     std::vector<AttentionGroupKey> keys;
     std::vector<const BackendCaps*> caps;
     for (int li : kv.layer_indices) {
-      ids.push_back(li);
+      ids.push_back(context_.id_at(li));
       keys.push_back({selections_[static_cast<std::size_t>(li)]->backend, layers_[static_cast<std::size_t>(li)].params.num_q_heads});
       const BackendCaps* c = &selections_[static_cast<std::size_t>(li)]->backend->caps();
       if (std::find(caps.begin(), caps.end(), c) == caps.end()) caps.push_back(c);
@@ -148,16 +215,23 @@ void ModelRunner::build_groups() {
     g.max_kernel_blocks_per_req = g.max_manager_blocks_per_req * k;
     const auto reqs = static_cast<std::size_t>(config_.max_num_reqs);
     if (k > 1) g.manager_rows.assign(reqs * static_cast<std::size_t>(g.max_manager_blocks_per_req), 0);
-    g.kernel_rows.assign(reqs * static_cast<std::size_t>(g.max_kernel_blocks_per_req), 0);
-    g.slot_staging.assign(static_cast<std::size_t>(config_.max_num_tokens), kPaddingSlot);
-    g.block_table = DeviceArray<std::int32_t>(host_memory(), g.kernel_rows.size());
-    g.slot_mapping = DeviceArray<std::int64_t>(host_memory(), g.slot_staging.size());
+    {
+      WorkspaceLayout layout;
+      const std::size_t rows = reqs * static_cast<std::size_t>(g.max_kernel_blocks_per_req);
+      const std::size_t offset = layout.add<std::int32_t>(rows);
+      g.block_table_workspace = Workspace(layout, *workspace_memory_, *pinned_memory_);
+      g.block_table = g.block_table_workspace.region<std::int32_t>(offset, rows);
+      std::fill_n(g.block_table.host, rows, 0);
+    }
+    g.slot_mapping = DeviceArray<std::int64_t>(*workspace_memory_, static_cast<std::size_t>(config_.max_num_tokens));
+    g.page_writer_step.assign(static_cast<std::size_t>(g.geometry.num_kernel_blocks()), 0);
+    g.page_writer_request.assign(static_cast<std::size_t>(g.geometry.num_kernel_blocks()), -1);
 
     for (const auto& members : partition_attention_layers(ids, keys)) {
       AttentionGroup ag;
       ag.kv_group = static_cast<int>(kv_groups_.size());
-      const LayerSpec& first = layers_[static_cast<std::size_t>(members.front())];
-      const Selection& sel = *selections_[static_cast<std::size_t>(members.front())];
+      const LayerSpec& first = layers_[index(members.front())];
+      const Selection& sel = *selections_[index(members.front())];
       ag.backend = sel.backend;
       ag.variant = sel.variant;
       ag.spec = kv.spec;
@@ -174,8 +248,10 @@ void ModelRunner::build_groups() {
       ctx.max_num_reqs = config_.max_num_reqs;
       ctx.max_num_tokens = config_.max_num_tokens;
       ctx.max_blocks_per_req = g.max_kernel_blocks_per_req;
+      ctx.capture_sizes.assign(config_.capture_sizes.begin(), config_.capture_sizes.end());
       ctx.cascade = config_.cascade;
-      ctx.memory = &host_memory();
+      ctx.memory = workspace_memory_;
+      ctx.mirror_memory = pinned_memory_;
       ag.builder = sel.backend->make_builder(ctx);
       const BackendCaps& bc = sel.backend->caps();
       any_cascade_ = any_cascade_ || bc.features.has(Feature::kCascade);
@@ -188,8 +264,8 @@ void ModelRunner::build_groups() {
         have_threshold = true;
       }
       for (LayerId id : members) {
-        views_[static_cast<std::size_t>(id)] =
-            storage_.allocate_layer(layers_[static_cast<std::size_t>(id)].name, g.geometry, config_.k_scale,
+        views_[index(id)] =
+            storage_.allocate_layer(layers_[index(id)].name, g.geometry, config_.k_scale,
                                     config_.v_scale, config_.kv_poison);
       }
       g.attn_groups.push_back(std::move(ag));
@@ -201,9 +277,10 @@ void ModelRunner::build_groups() {
     for (auto& ag : kv_groups_[gi].attn_groups) {
       for (LayerId id : ag.layers) {
         LayerContext& e = context_.entry(id);
-        e.impl = impls_[static_cast<std::size_t>(id)].get();
+        e.impl = impls_[index(id)].get();
         e.backend = &ag.backend->caps();
-        e.kv_cache = &views_[static_cast<std::size_t>(id)];
+        e.kv_cache = &views_[index(id)];
+        e.activation_dtype = layers_[index(id)].params.dtype;
       }
     }
   }
@@ -245,7 +322,50 @@ std::int32_t ModelRunner::common_prefix_len(const KVGroupState& g) const {
   return shared * m;
 }
 
-void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, int gi) {
+// ---- per step (hot path) ------------------------------------------------------------------------
+
+const BatchReorder& ModelRunner::order_requests(std::span<const std::int32_t> query_lens) {
+  reorder_.plan(query_lens, reorder_threshold_);
+  return reorder_;
+}
+
+StepShape ModelRunner::shape_for(std::int32_t num_reqs, std::int32_t num_tokens) const {
+  StepShape shape{num_reqs, num_tokens, num_reqs, num_tokens};
+  for (std::int32_t size : config_.capture_sizes) {
+    if (size >= num_tokens) {
+      shape.num_tokens_padded = size;
+      shape.num_reqs_padded = std::max(num_reqs, std::min(size, config_.max_num_reqs));
+      break;
+    }
+  }
+  return shape;
+}
+
+// G8: the engine built the step in the order order_requests() gave; a request that a backend's
+// threshold puts first must not follow one it puts after.
+void ModelRunner::check_request_order(const StepInput& step) const {
+  if (!reorder_threshold_) return;
+  const int threshold = *reorder_threshold_;
+  std::int32_t first_long = -1;
+  for (std::int32_t i = 0; i < step.num_reqs(); ++i) {
+    const bool short_request = step.query_lens[static_cast<std::size_t>(i)] <= threshold;
+    if (!short_request && first_long < 0) first_long = i;
+    if (short_request && first_long >= 0) [[unlikely]] {
+      throw Error("request order", "request " + std::to_string(i) + " (id " +
+                                       std::to_string(step.request_ids[static_cast<std::size_t>(i)]) + ", query_len " +
+                                       std::to_string(step.query_lens[static_cast<std::size_t>(i)]) + ")",
+                  "requests with query_len <= " + std::to_string(threshold) + " before request " +
+                      std::to_string(first_long),
+                  "the step is not in the order ModelRunner::order_requests() gives; apply it to the step "
+                  "and to Q/K/V before prepare_step");
+    }
+  }
+}
+
+// Host part, per KV group: this step's block table into the pinned mirror (rows validated where
+// they are produced: every page a request needs is a block of this group, and no two requests
+// write one page), then the group's copy of the common metadata.
+void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int gi) {
   const CommonAttentionMetadata& tmpl = common_builder_.last();
   const std::int32_t n = tmpl.num_reqs;
   ATTNKIT_REQUIRE(step.block_tables.size() == kv_groups_.size(), "block_tables", std::to_string(step.block_tables.size()),
@@ -255,21 +375,32 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
               in.data.size() >= static_cast<std::size_t>(n) * static_cast<std::size_t>(in.row_stride),
           "block_tables[" + std::to_string(gi) + "].row_stride", std::to_string(in.row_stride),
           "[1, " + std::to_string(g.max_manager_blocks_per_req) + "] with num_reqs rows of data");
-  // Reordered manager rows, compacted to this group's fixed stride.
   const auto mstride = static_cast<std::size_t>(g.max_manager_blocks_per_req);
   const auto kstride = static_cast<std::size_t>(g.max_kernel_blocks_per_req);
   const int k = g.geometry.blocks_per_manager_block();
-  const auto order = reorder_.order();
-  const std::int32_t m = g.geometry.spec.is_attention() ? g.geometry.spec.block_size : 1;
-  std::int32_t* kernel_rows = g.block_table.host_target(g.kernel_rows);
+  const bool attention = g.geometry.spec.is_attention();
+  const std::int32_t m = attention ? g.geometry.spec.block_size : 1;
+  const std::int32_t b = g.geometry.kernel_block_size;
+  const std::int32_t num_blocks = g.geometry.num_manager_blocks;
+  std::int32_t* kernel_rows = g.block_table.host;
+  ++step_serial_;
+  if (step_serial_ == 0) {  // wrapped: stale stamps could alias the new serial
+    std::fill(g.page_writer_step.begin(), g.page_writer_step.end(), 0u);
+    step_serial_ = 1;
+  }
   for (std::int32_t r = 0; r < n; ++r) {
-    // Only the pages that hold the request's tokens (host upper bound covers the truth); the rest
-    // of a row is never read, and copying it would cost O(max_model_len) per request.
-    const std::int32_t pages = g.geometry.spec.is_attention() ? ceil_div(tmpl.seq_lens_cpu[static_cast<std::size_t>(r)], m) : 1;
+    // Only the pages that hold the request's tokens (the host upper bound covers the truth); the
+    // rest of a row is never read, and copying it would cost O(max_model_len) per request.
+    const std::int32_t seq_len = tmpl.seq_lens_cpu[static_cast<std::size_t>(r)];
+    const std::int32_t pages = attention ? ceil_div(seq_len, m) : 1;
     ATTNKIT_REQUIRE(pages <= in.row_stride, "block_tables[" + std::to_string(gi) + "] row of request",
-            std::to_string(order[static_cast<std::size_t>(r)]), std::to_string(pages) + " blocks for its seq_len",
-            "too few blocks for seq_len");
-    const auto src = in.row(order[static_cast<std::size_t>(r)]).first(static_cast<std::size_t>(pages));
+            std::to_string(r), std::to_string(pages) + " blocks for its seq_len", "too few blocks for seq_len");
+    const auto src = in.row(r).first(static_cast<std::size_t>(pages));
+    for (std::int32_t block : src) {
+      ATTNKIT_REQUIRE(block >= 0 && block < num_blocks,
+                      "block_tables[" + std::to_string(gi) + "] entry of request " + std::to_string(r),
+                      std::to_string(block), "[0, " + std::to_string(num_blocks) + ") (blocks of this KV group)");
+    }
     std::int32_t* kernel_row = kernel_rows + static_cast<std::size_t>(r) * kstride;
     if (k == 1) {
       std::copy(src.begin(), src.end(), kernel_row);  // inline for the usual few pages
@@ -278,35 +409,78 @@ void ModelRunner::build_group_metadata(KVGroupState& g, const StepInput& step, i
       std::memcpy(manager_row, src.data(), src.size_bytes());
       expand_block_row(src, k, {kernel_row, src.size() * static_cast<std::size_t>(k)});
     }
+    if (!attention) continue;
+    // The pages this step writes: positions [context, seq_len) by the host's lengths.
+    const std::int32_t q = tmpl.query_start_loc_cpu[static_cast<std::size_t>(r) + 1] -
+                           tmpl.query_start_loc_cpu[static_cast<std::size_t>(r)];
+    for (std::int32_t page = (seq_len - q) / b; page < ceil_div(seq_len, b); ++page) {
+      const auto physical = static_cast<std::size_t>(kernel_row[page]);
+      if (g.page_writer_step[physical] == step_serial_ && g.page_writer_request[physical] != r) [[unlikely]] {
+        throw Error("block_tables[" + std::to_string(gi) + "]",
+                    "page " + std::to_string(physical) + " written by requests " +
+                        std::to_string(g.page_writer_request[physical]) + " and " + std::to_string(r),
+                    "one writer per page per step",
+                    "two requests would write this step's tokens into the same KV page");
+      }
+      g.page_writer_step[physical] = step_serial_;
+      g.page_writer_request[physical] = r;
+    }
   }
-  if (g.block_table.needs_upload()) g.block_table.upload({g.kernel_rows.data(), static_cast<std::size_t>(n) * kstride});
+  const auto padded_reqs = static_cast<std::size_t>(tmpl.num_reqs_padded);
+  const auto padded_tokens = static_cast<std::size_t>(tmpl.num_tokens_padded);
+  ATTNKIT_REQUIRE(padded_tokens <= g.slot_mapping.capacity(), "num_tokens_padded", std::to_string(padded_tokens),
+                  "<= max_num_tokens " + std::to_string(g.slot_mapping.capacity()));
   g.common = tmpl;
-  g.common.block_table = {g.block_table.data(), n, static_cast<std::int32_t>(kstride)};
+  g.common.block_table_cpu = {kernel_rows, n, static_cast<std::int32_t>(kstride)};
+  g.common.block_table = {g.block_table.device_span(padded_reqs * kstride), static_cast<std::int32_t>(padded_reqs),
+                          static_cast<std::int32_t>(kstride)};
   g.common.kernel_block_size = g.geometry.kernel_block_size;
   g.common.causal = g.causal;
-  const auto tokens = static_cast<std::size_t>(tmpl.num_actual_tokens);
-  ATTNKIT_REQUIRE(tokens <= g.slot_staging.size(), "num_actual_tokens", std::to_string(tokens),
-          "<= max_num_tokens " + std::to_string(g.slot_staging.size()));
-  std::int64_t* slots = g.slot_mapping.host_target(g.slot_staging);
-  if (g.geometry.spec.is_attention()) {
-    // Slots come from the device truth (positions depend on the real seq lens). On the CPU
-    // platform "device" memory is host memory; a CUDA platform computes this on the device.
-    const BlockTableView host_rows{kernel_rows, n, static_cast<std::int32_t>(kstride)};
-    compute_slot_mapping(tmpl.query_start_loc, tmpl.seq_lens, host_rows, g.geometry.kernel_block_size, {slots, tokens});
-  } else {
-    std::fill_n(slots, tokens, kPaddingSlot);
+  g.common.slot_mapping = g.slot_mapping.first(padded_tokens);
+  if (g.slot_mapping.space() == MemorySpace::kHost) {
+    // CPU platform: the device truth is host memory and the "kernel" is this loop.
+    const std::span<std::int64_t> slots = g.slot_mapping.host_array().first(padded_tokens);
+    if (attention) {
+      compute_slot_mapping(host_span(tmpl.query_start_loc, "query_start_loc"), host_span(tmpl.seq_lens, "seq_lens"),
+                           g.common.block_table_cpu, g.geometry.kernel_block_size, slots);
+    } else {
+      std::fill(slots.begin(), slots.end(), kPaddingSlot);
+    }
   }
-  if (g.slot_mapping.needs_upload()) g.slot_mapping.upload({g.slot_staging.data(), tokens});
-  g.common.slot_mapping = g.slot_mapping.first(tokens);
   g.common_prefix_len = common_prefix_len(g);
 }
 
-void ModelRunner::prepare_step(const StepInput& step) {
-  reorder_.plan(step.query_lens, reorder_threshold_);
-  const CommonAttentionMetadata& tmpl = common_builder_.build(step, reorder_, /*causal=*/true);
+// Device part, per KV group: one upload of the block table, then the slot mapping from the
+// device table and the device lengths.
+void ModelRunner::enqueue_group(const KVGroupState& g, Stream stream) const {
+  if (!g.block_table_workspace.has_mirror()) return;  // CPU platform: done in plan_group_tables
+  const auto padded_reqs = static_cast<std::size_t>(g.common.num_reqs_padded);
+  g.block_table_workspace.upload(g.block_table.end_bytes(padded_reqs * static_cast<std::size_t>(g.max_kernel_blocks_per_req)),
+                                 stream);
+  kernels::SlotMappingParams p;
+  p.query_start_loc = g.common.query_start_loc.data();
+  p.seq_lens = g.common.seq_lens.data();
+  p.block_table = g.block_table.device;
+  p.row_stride = g.max_kernel_blocks_per_req;
+  // State groups write no K/V: a zero page size would divide by zero, so their slots are all
+  // padding (their "pages" are state slots the recurrent impl addresses itself).
+  p.block_size = g.geometry.spec.is_attention() ? g.geometry.kernel_block_size : 1;
+  p.num_reqs = g.geometry.spec.is_attention() ? g.common.num_reqs_padded : 0;
+  p.num_tokens = g.common.num_tokens_padded;
+  p.slot_mapping = const_cast<std::int64_t*>(g.common.slot_mapping.data());
+  kernels::check_launch(kernels::launch_slot_mapping(p, stream.handle));
+}
+
+void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
+  // The mirrors this step rewrites were last read by the previous step's copies.
+  if (wait_for_previous_copies) plan_copied_.wait();
+  check_request_order(step);
+  std::int32_t tokens = 0;
+  for (std::int32_t q : step.query_lens) tokens += q;
+  const CommonAttentionMetadata& tmpl =
+      common_builder_.plan(step, shape_for(step.num_reqs(), tokens), /*causal=*/true);
   ATTNKIT_REQUIRE(tmpl.cpu_lengths_exact || config_.optimistic_cpu_lengths, "cpu_num_computed_tokens", "upper bounds",
           "exact lengths (start the runner with optimistic_cpu_lengths to allow them)");
-  last_step_ = step;
   // G4: plans built this step, by (backend, kernel page size): a later group with the same
   // structure only swaps page tables. At most one entry per attention group; no allocation.
   struct Built {
@@ -320,7 +494,7 @@ void ModelRunner::prepare_step(const StepInput& step) {
   std::size_t num_built = 0;
   for (std::size_t gi = 0; gi < kv_groups_.size(); ++gi) {
     KVGroupState& g = kv_groups_[gi];
-    build_group_metadata(g, step, static_cast<int>(gi));
+    plan_group_tables(g, step, static_cast<int>(gi));
     for (AttentionGroup& ag : g.attn_groups) {
       const AttentionMetadata* planned = nullptr;
       if (ag.backend->caps().supports_update_block_table && g.common_prefix_len == 0) {
@@ -342,6 +516,7 @@ void ModelRunner::prepare_step(const StepInput& step) {
         LayerContext& e = context_.entry(id);
         e.metadata = ag.metadata;
         e.slot_mapping = g.common.slot_mapping;
+        e.num_tokens_padded = g.common.num_tokens_padded;
       }
     }
   }
@@ -350,6 +525,29 @@ void ModelRunner::prepare_step(const StepInput& step) {
     const auto violations = check_invariants(snapshot_of(*this));
     if (!violations.empty()) throw InvariantError(violations);
   }
+}
+
+void ModelRunner::enqueue(Stream stream) {
+  common_builder_.enqueue(stream);
+  for (const KVGroupState& g : kv_groups_) {
+    enqueue_group(g, stream);
+    for (const AttentionGroup& ag : g.attn_groups) ag.builder->enqueue(stream);
+  }
+}
+
+void ModelRunner::prepare_step(const StepInput& step, Stream stream) {
+  // The CPU platform has no asynchronous copies: its mirrors are the arrays themselves.
+  const bool cuda = on_cuda(config_);
+  const bool capturing = cuda && is_capturing(stream);
+  plan(step, /*wait_for_previous_copies=*/cuda && !capturing);
+  enqueue(stream);
+  if (cuda && !capturing) plan_copied_.record(stream);
+}
+
+void ModelRunner::plan_step(const StepInput& step) { plan(step, /*wait_for_previous_copies=*/on_cuda(config_)); }
+
+void ModelRunner::plan_consumed(Stream stream) {
+  if (on_cuda(config_)) plan_copied_.record(stream);
 }
 
 GraphMode ModelRunner::decide_graph_mode() const {
@@ -368,18 +566,28 @@ GraphMode ModelRunner::decide_graph_mode() const {
 void ModelRunner::graph_buffers(std::vector<GraphBuffer>& out) const {
   common_builder_.graph_buffers(out);
   for (const auto& g : kv_groups_) {
-    out.push_back({"kv_group.block_table", g.block_table.data(), g.block_table.capacity() * sizeof(std::int32_t)});
+    out.push_back({"kv_group.block_table", g.block_table_workspace.device_address(), g.block_table_workspace.bytes()});
     out.push_back({"kv_group.slot_mapping", g.slot_mapping.data(), g.slot_mapping.capacity() * sizeof(std::int64_t)});
     for (const auto& ag : g.attn_groups) ag.builder->graph_buffers(out);
   }
 }
 
 void ModelRunner::unified_attention(LayerId layer, const TensorView& query, const TensorView& key,
-                                    const TensorView& value, const TensorView& output, const TensorView& lse) {
+                                    const TensorView& value, const TensorView& output, const TensorView& lse,
+                                    Stream stream) {
   const LayerContext& ctx = current_forward_context().layer(layer);
-  // K7: the write is ordered before the read by construction: same thread, same stream.
-  if (!ctx.backend->forward_includes_kv_update) kv_cache_update(key, value, ctx.slot_mapping, *ctx.kv_cache);
-  ctx.impl->forward(query, key, value, *ctx.kv_cache, *ctx.metadata, output, lse);
+  // Q is checked by the impl; K and V would otherwise reach the cache in the wrong format.
+  ATTNKIT_REQUIRE(key.dtype == ctx.activation_dtype && value.dtype == ctx.activation_dtype, "key/value dtype",
+                  std::string(to_string(key.dtype)) + "/" + std::string(to_string(value.dtype)),
+                  std::string(to_string(ctx.activation_dtype)), "the layer's activation dtype");
+  // K7: the write is ordered before the read by construction: same stream.
+  if (!ctx.backend->forward_includes_kv_update) {
+    ATTNKIT_REQUIRE(key.dim(0) >= ctx.num_tokens_padded && value.dim(0) >= ctx.num_tokens_padded, "key/value rows",
+                    std::to_string(key.dim(0)), ">= num_tokens_padded " + std::to_string(ctx.num_tokens_padded));
+    kv_cache_update(key.slice_rows(0, ctx.num_tokens_padded), value.slice_rows(0, ctx.num_tokens_padded),
+                    ctx.slot_mapping, *ctx.kv_cache, stream);
+  }
+  ctx.impl->forward(query, key, value, *ctx.kv_cache, *ctx.metadata, output, lse, stream);
 }
 
 }  // namespace attnkit

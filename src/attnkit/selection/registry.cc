@@ -1,6 +1,7 @@
 #include "attnkit/selection/registry.h"
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
+#include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
@@ -61,14 +62,18 @@ const BackendRegistry& default_registry() {
     const BackendType varlen = backend_type_of<VarlenBackend>();
     const BackendType csr_plan = backend_type_of<CsrPlanBackend>();
     const BackendType recurrent = backend_type_of<RecurrentStateBackend>();
-    // CPU: the exact reference first, then the production-style backends, then the state backend
-    // (it serves only recurrent-state layers, which the others reject). CUDA: no backend declares
-    // CUDA yet, so auto on CUDA fails with every candidate's reasons; that is the honest state.
+    const BackendType gpu_reference = backend_type_of<GpuReferenceBackend>();
+    // Auto selection takes the fastest backend that validates, and an exact oracle only where
+    // nothing faster does. CPU: the float32 kernels (one varlen launch, then the plan/run pair),
+    // then the float64 reference (it alone has cascade and every layout), then the state backend
+    // (it serves only recurrent-state layers, which the others reject). CUDA: the fast backends
+    // first (no CUDA kernel of theirs yet, so they are skipped with their reasons), the exact
+    // GPU reference last.
     std::vector<BackendRegistry::PriorityList> priorities{
-        {PlatformKind::kCpu, {reference.name(), varlen.name(), csr_plan.name(), recurrent.name()}},
-        {PlatformKind::kCuda, {varlen.name(), csr_plan.name()}},
+        {PlatformKind::kCpu, {varlen.name(), csr_plan.name(), reference.name(), recurrent.name()}},
+        {PlatformKind::kCuda, {varlen.name(), csr_plan.name(), gpu_reference.name()}},
     };
-    return BackendRegistry({reference, varlen, csr_plan, recurrent}, std::move(priorities));
+    return BackendRegistry({reference, varlen, csr_plan, recurrent, gpu_reference}, std::move(priorities));
   }();
   return registry;
 }

@@ -9,8 +9,8 @@ void append_reasons(std::string& out, const CandidateReport& report) {
   for (const Reason& r : report.reasons) out += "\n    - [" + std::string(to_string(r.kind)) + "] " + r.message();
 }
 
-// Which backends of the registry would accept `config`: an explicit failure names them so the
-// user can choose one; the selector itself never switches.
+// Which backends of the registry would accept `config`: a failed selection names them (its
+// allowed()) so the user can choose one; the selector itself never switches.
 std::string accepting_backends(const BackendRegistry& registry, const AttentionConfig& config) {
   std::string out;
   for (const BackendType& type : registry.backends()) {
@@ -44,8 +44,10 @@ std::string Selection::log_line() const {
   return line + ")";
 }
 
-SelectionError::SelectionError(const std::string& message, std::vector<CandidateReport> candidates)
-    : std::runtime_error(message), candidates_(std::move(candidates)) {}
+SelectionError::SelectionError(std::string message, std::string requested, std::string accepting,
+                               std::vector<CandidateReport> candidates)
+    : Error(Message{std::move(message)}, "backend", std::move(requested), std::move(accepting)),
+      candidates_(std::move(candidates)) {}
 
 // --- Selector ------------------------------------------------------------------------------------
 
@@ -79,16 +81,17 @@ Selection Selector::select_explicit(const AttentionConfig& config, std::string_v
   if (type == nullptr) {
     throw SelectionError("unknown attention backend \"" + std::string(name) + "\"; registered backends: " +
                              registry_->names() + " (names are case-sensitive)",
-                         {});
+                         std::string(name), accepting_backends(*registry_, config), {});
   }
   CandidateReport report{type->name(), validate(type->caps(), config)};
   if (!report.valid()) {
+    std::string accepting = accepting_backends(*registry_, config);
     std::string message = "attention backend " + std::string(type->name()) +
                           " was requested explicitly but cannot run " + config.describe() +
                           "; it is never replaced by another backend (backends that accept this configuration: " +
-                          accepting_backends(*registry_, config) + "):";
+                          accepting + "):";
     append_reasons(message, report);
-    throw SelectionError(message, {std::move(report)});
+    throw SelectionError(std::move(message), std::string(name), std::move(accepting), {std::move(report)});
   }
   return Selection{type, type->resolve_variant(config), true, {std::move(report)}};
 }
@@ -110,7 +113,10 @@ Selection Selector::select_auto(const AttentionConfig& config) const {
     message += "; every candidate in priority order and all its reasons:";
     for (const CandidateReport& c : candidates) append_reasons(message, c);
   }
-  throw SelectionError(message, std::move(candidates));
+  // A registered backend outside the priority list may still accept the configuration when named.
+  std::string accepting = accepting_backends(*registry_, config);
+  if (accepting != "none") message += "\nbackends that accept this configuration when chosen explicitly: " + accepting;
+  throw SelectionError(std::move(message), "auto", std::move(accepting), std::move(candidates));
 }
 
 void Selector::set_log_sink(LogSink sink) {

@@ -6,7 +6,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -14,6 +13,7 @@
 
 #include "attnkit/backends/backend.h"
 #include "attnkit/backends/attention_config.h"
+#include "attnkit/core/error.h"
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/validate.h"
 
@@ -39,10 +39,13 @@ struct Selection {
   std::string log_line() const;
 };
 
-// No backend runs the configuration. what() lists every reason of every candidate.
-class SelectionError : public std::runtime_error {
+// No backend runs the configuration. what() lists every reason of every candidate; as an Error,
+// field() is "backend", value() the requested name or "auto", and allowed() the registered
+// backends that would accept the configuration (chosen explicitly), or "none".
+class SelectionError : public Error {
  public:
-  SelectionError(const std::string& message, std::vector<CandidateReport> candidates);
+  SelectionError(std::string message, std::string requested, std::string accepting,
+                 std::vector<CandidateReport> candidates);
   const std::vector<CandidateReport>& candidates() const { return candidates_; }
 
  private:

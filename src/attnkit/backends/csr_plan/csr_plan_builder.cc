@@ -9,7 +9,12 @@
 namespace attnkit {
 
 namespace {
-MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
+// CSR_PLAN's kernels run on the CPU: its plan lives in host memory.
+MemoryResource& memory_of(const BuilderContext& ctx) {
+  MemoryResource& memory = ctx.memory ? *ctx.memory : host_memory();
+  require_host(memory.space(), "CSR_PLAN builder memory");
+  return memory;
+}
 
 std::int32_t positive(std::int32_t value, const char* field) {
   ATTNKIT_REQUIRE(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
@@ -46,7 +51,7 @@ void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) co
                   "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
   ATTNKIT_REQUIRE(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
                   std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
-  ATTNKIT_REQUIRE(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+  ATTNKIT_REQUIRE(c.block_table_cpu.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table_cpu.data != nullptr),
                   "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
   ATTNKIT_REQUIRE(c.slot_mapping.size() >= sz(c.num_actual_tokens), "slot_mapping size",
                   std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
@@ -111,7 +116,7 @@ void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadat
                     ">= query_len (" + std::to_string(q) + ")",
                     "context length = seq_len - query_len cannot be negative");
     const std::int32_t pages = (l + b - 1) / b;
-    ATTNKIT_REQUIRE(pages <= max_blocks_per_req_ && pages <= c.block_table.row_stride,
+    ATTNKIT_REQUIRE(pages <= max_blocks_per_req_ && pages <= c.block_table_cpu.row_stride,
                     "pages of request " + std::to_string(i), std::to_string(pages),
                     "<= min(max_blocks_per_req, block table row_stride)");
     indptr_host_[sz(i) + 1] = indptr_host_[sz(i)] + pages;
@@ -122,30 +127,29 @@ void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadat
 
 // indices = the first n_i entries of each block-table row; the slot mapping rides along.
 void CsrPlanMetadataBuilder::fill_indices_and_slots(const CommonAttentionMetadata& c) {
-  // Written in place where the host can write the device array (CPU platform), else staged.
-  std::int32_t* indices = indices_.host_target(indices_host_);
+  // The host block table the common metadata carries (never the device one).
+  std::int32_t* indices = indices_.host_array().data();
   for (std::int32_t i = 0; i < c.num_reqs; ++i) {
     const std::int32_t begin = indptr_host_[sz(i)];
     const std::int32_t pages = indptr_host_[sz(i) + 1] - begin;
-    ATTNKIT_REQUIRE(pages <= c.block_table.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
-                    "<= block table row_stride (" + std::to_string(c.block_table.row_stride) + ")");
-    const auto row = c.block_table.row(i);
+    ATTNKIT_REQUIRE(pages <= c.block_table_cpu.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
+                    "<= block table row_stride (" + std::to_string(c.block_table_cpu.row_stride) + ")");
+    const auto row = c.block_table_cpu.row(i);
     std::copy(row.begin(), row.begin() + pages, indices + begin);
   }
   const std::int32_t total = indptr_host_[sz(c.num_reqs)];
-  if (indices_.needs_upload()) indices_.upload(std::span<const std::int32_t>(indices_host_.data(), sz(total)));
-  metadata_.paged_kv_indices = indices_.first(sz(total));
+  metadata_.paged_kv_indices = indices_.host_array().first(sz(total));
   // The runner's fixed-address slot mapping (C3), named rather than copied.
-  metadata_.slot_mapping = c.slot_mapping.first(sz(c.num_actual_tokens));
+  metadata_.slot_mapping = host_span(c.slot_mapping.first(sz(c.num_actual_tokens)), "slot_mapping");
 }
 
 void CsrPlanMetadataBuilder::upload_plan() {
   const std::int32_t n = metadata_.num_reqs;
-  indptr_.upload(std::span<const std::int32_t>(indptr_host_.data(), sz(n) + 1));
-  last_page_len_.upload(std::span<const std::int32_t>(last_page_len_host_.data(), sz(n)));
-  seq_lens_.upload(std::span<const std::int32_t>(seq_lens_host_.data(), sz(n)));
-  decode_qo_.upload(std::span<const std::int32_t>(decode_qo_host_.data(), sz(metadata_.num_decodes) + 1));
-  prefill_qo_.upload(std::span<const std::int32_t>(prefill_qo_host_.data(), sz(metadata_.num_prefills) + 1));
+  indptr_.assign_host(std::span<const std::int32_t>(indptr_host_.data(), sz(n) + 1));
+  last_page_len_.assign_host(std::span<const std::int32_t>(last_page_len_host_.data(), sz(n)));
+  seq_lens_.assign_host(std::span<const std::int32_t>(seq_lens_host_.data(), sz(n)));
+  decode_qo_.assign_host(std::span<const std::int32_t>(decode_qo_host_.data(), sz(metadata_.num_decodes) + 1));
+  prefill_qo_.assign_host(std::span<const std::int32_t>(prefill_qo_host_.data(), sz(metadata_.num_prefills) + 1));
 }
 
 // Spans of the metadata and its two sub-plans into this builder's buffers.
@@ -206,11 +210,11 @@ const AttentionMetadata& CsrPlanMetadataBuilder::update_block_table(const Attent
     metadata_.decode = plan.decode;
     metadata_.prefill = plan.prefill;
     std::copy(plan.paged_kv_indptr_host.begin(), plan.paged_kv_indptr_host.end(), indptr_host_.begin());
-    indptr_.upload(plan.paged_kv_indptr);
-    last_page_len_.upload(plan.paged_kv_last_page_len);
-    seq_lens_.upload(plan.seq_lens);
-    decode_qo_.upload(plan.decode.qo_indptr);
-    prefill_qo_.upload(plan.prefill.qo_indptr);
+    indptr_.assign_host(plan.paged_kv_indptr);
+    last_page_len_.assign_host(plan.paged_kv_last_page_len);
+    seq_lens_.assign_host(plan.seq_lens);
+    decode_qo_.assign_host(plan.decode.qo_indptr);
+    prefill_qo_.assign_host(plan.prefill.qo_indptr);
     point_metadata();
   }
   fill_indices_and_slots(common);

@@ -27,9 +27,15 @@ CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
 
-void CsrPlanImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
-                          const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
-                          const TensorView& lse) {
+void CsrPlanImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
+                          const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
+                          const TensorView& lse_view, Stream stream) {
+  // CPU platform: every tensor is host memory (host_view refuses device memory).
+  const HostTensorView query = host_view(query_view, "query");
+  const HostTensorView output = host_view(output_view, "output");
+  const HostTensorView lse = host_view(lse_view, "lse");
+  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;
   const auto& md = metadata_cast<CsrPlanMetadata>(metadata, CsrPlanBackend::caps());
@@ -52,8 +58,8 @@ void CsrPlanImpl::forward(const TensorView& query, const TensorView& key, const 
   }
 }
 
-void CsrPlanImpl::run(const CsrSubPlan& plan, std::span<const std::int32_t> indices, const TensorView& query,
-                      const KVCacheView& kv_cache, const TensorView& output, const TensorView& lse) {
+void CsrPlanImpl::run(const CsrSubPlan& plan, std::span<const std::int32_t> indices, const HostTensorView& query,
+                      const HostKVCacheView& kv_cache, const HostTensorView& output, const HostTensorView& lse) {
   ATTNKIT_REQUIRE(plan.qo_indptr.size() == sz(plan.num_reqs) + 1 &&
                       plan.paged_kv_indptr.size() == sz(plan.num_reqs) + 1 &&
                       plan.paged_kv_last_page_len.size() == sz(plan.num_reqs),

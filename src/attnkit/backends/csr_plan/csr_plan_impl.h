@@ -19,12 +19,12 @@ class CsrPlanImpl final : public AttentionImpl {
   // Per layer per step (hot path), allocation-free. key/value are unused: the shared KV update op
   // already wrote this step's tokens into `kv_cache`.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value, const KVCacheView& kv_cache,
-               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse) override;
+               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse, Stream stream) override;
 
  private:
   // One run over one sub-plan; query/output/lse are already sliced to its rows.
-  void run(const CsrSubPlan& plan, std::span<const std::int32_t> paged_kv_indices, const TensorView& query,
-           const KVCacheView& kv_cache, const TensorView& output, const TensorView& lse);
+  void run(const CsrSubPlan& plan, std::span<const std::int32_t> paged_kv_indices, const HostTensorView& query,
+           const HostKVCacheView& kv_cache, const HostTensorView& output, const HostTensorView& lse);
 
   LayerParams params_;
   KernelVariant variant_;

@@ -37,9 +37,15 @@ RecurrentStateImpl::RecurrentStateImpl(const LayerParams& params, KernelVariant 
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
 
-void RecurrentStateImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
-                                 const KVCacheView& state, const AttentionMetadata& metadata, const TensorView& output,
-                                 const TensorView& lse) {
+void RecurrentStateImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
+                                 const KVCacheView& state_view, const AttentionMetadata& metadata, const TensorView& output_view,
+                                 const TensorView& lse_view, Stream stream) {
+  // CPU platform: every tensor is host memory (host_view refuses device memory).
+  const HostTensorView query = host_view(query_view, "query");
+  const HostTensorView output = host_view(output_view, "output");
+  const HostTensorView lse = host_view(lse_view, "lse");
+  const HostKVCacheView state = host_view(state_view, "kv_cache");
+  (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;
   const auto& md = metadata_cast<RecurrentStateMetadata>(metadata, RecurrentStateBackend::caps());

@@ -14,7 +14,7 @@ class RecurrentStateImpl final : public AttentionImpl {
   // Per layer per step (hot path), allocation-free. `query` is x [tokens, heads, head_size];
   // key/value are unused; `state_cache` is the float32 state view (block_size 1); lse must be empty.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value, const KVCacheView& state_cache,
-               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse) override;
+               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse, Stream stream) override;
 
  private:
   LayerParams params_;

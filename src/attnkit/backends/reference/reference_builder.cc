@@ -9,6 +9,15 @@
 namespace attnkit {
 
 namespace {
+
+// The CPU reference reads the device truth, which on the CPU platform is host memory; host_span
+// refuses device memory, so this builder can never read a GPU array by mistake.
+std::span<const std::int32_t> qsl_of(const CommonAttentionMetadata& c) {
+  return host_span(c.query_start_loc, "query_start_loc");
+}
+std::span<const std::int32_t> seq_lens_of(const CommonAttentionMetadata& c) { return host_span(c.seq_lens, "seq_lens"); }
+BlockTableView table_of(const CommonAttentionMetadata& c) { return host_block_table(c.block_table, "block_table"); }
+
 std::string str(std::int64_t v) { return std::to_string(v); }
 std::int32_t pages_for(std::int32_t tokens, std::int32_t block_size) { return (tokens + block_size - 1) / block_size; }
 }  // namespace
@@ -36,8 +45,8 @@ ReferenceMetadataBuilder::ReferenceMetadataBuilder(const BuilderContext& context
     throw Error("builder backend", context.caps ? std::string(context.caps->name) : "", std::string(own.name),
                 "the REFERENCE builder was asked to build for another backend");
   }
-  if (!(context.memory == nullptr || context.memory->kind() == PlatformKind::kCpu)) {
-    throw Error("builder memory", context.memory ? std::string(to_string(context.memory->kind())) : "", "cpu",
+  if (!(context.memory == nullptr || context.memory->space() == MemorySpace::kHost)) {
+    throw Error("builder memory", "device memory", "host memory",
                 "the REFERENCE backend reads metadata on the host");
   }
   if (!(context.kernel_block_size > 0)) {
@@ -61,30 +70,30 @@ void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) 
     throw Error("num_actual_tokens", str(c.num_actual_tokens), "[0, " + str(context_.max_num_tokens) + "]");
   }
   const auto n = static_cast<std::size_t>(c.num_reqs);
-  if (!(c.query_start_loc.size() >= n + 1)) {
-    throw Error("query_start_loc size", str(static_cast<std::int64_t>(c.query_start_loc.size())),
+  if (!(qsl_of(c).size() >= n + 1)) {
+    throw Error("query_start_loc size", str(static_cast<std::int64_t>(qsl_of(c).size())),
                 ">= num_reqs + 1 = " + str(c.num_reqs + 1));
   }
-  if (!(c.seq_lens.size() >= n)) {
-    throw Error("seq_lens size", str(static_cast<std::int64_t>(c.seq_lens.size())), ">= num_reqs = " + str(c.num_reqs));
+  if (!(seq_lens_of(c).size() >= n)) {
+    throw Error("seq_lens size", str(static_cast<std::int64_t>(seq_lens_of(c).size())), ">= num_reqs = " + str(c.num_reqs));
   }
-  if (!(c.num_reqs == 0 || (c.block_table.data != nullptr && c.block_table.num_rows >= c.num_reqs))) {
-    throw Error("block_table rows", str(c.block_table.num_rows), ">= num_reqs = " + str(c.num_reqs));
+  if (!(c.num_reqs == 0 || (table_of(c).data != nullptr && table_of(c).num_rows >= c.num_reqs))) {
+    throw Error("block_table rows", str(table_of(c).num_rows), ">= num_reqs = " + str(c.num_reqs));
   }
-  if (!(context_.max_blocks_per_req <= 0 || c.block_table.row_stride <= context_.max_blocks_per_req)) {
-    throw Error("block_table row_stride", str(c.block_table.row_stride),
+  if (!(context_.max_blocks_per_req <= 0 || table_of(c).row_stride <= context_.max_blocks_per_req)) {
+    throw Error("block_table row_stride", str(table_of(c).row_stride),
                 "<= max_blocks_per_req = " + str(context_.max_blocks_per_req));
   }
-  if (!(c.query_start_loc[0] == 0)) {
-    throw Error("query_start_loc[0]", str(c.query_start_loc[0]), "0");
+  if (!(qsl_of(c)[0] == 0)) {
+    throw Error("query_start_loc[0]", str(qsl_of(c)[0]), "0");
   }
-  if (!(c.query_start_loc[n] == c.num_actual_tokens)) {
-    throw Error("query_start_loc[num_reqs]", str(c.query_start_loc[n]),
+  if (!(qsl_of(c)[n] == c.num_actual_tokens)) {
+    throw Error("query_start_loc[num_reqs]", str(qsl_of(c)[n]),
                 "num_actual_tokens = " + str(c.num_actual_tokens));
   }
   for (std::size_t r = 0; r < n; ++r) {
-    const std::int32_t query_len = c.query_start_loc[r + 1] - c.query_start_loc[r];
-    const std::int32_t seq_len = c.seq_lens[r];
+    const std::int32_t query_len = qsl_of(c)[r + 1] - qsl_of(c)[r];
+    const std::int32_t seq_len = seq_lens_of(c)[r];
     const std::string req = "request " + str(static_cast<std::int64_t>(r));
     if (!(query_len >= 0 && query_len <= c.max_query_len)) {
       throw Error("query_len", str(query_len), "[0, max_query_len = " + str(c.max_query_len) + "]",
@@ -94,21 +103,22 @@ void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) 
       throw Error("seq_len", str(seq_len),
                   "[query_len = " + str(query_len) + ", max_seq_len = " + str(c.max_seq_len) + "]", req);
     }
-    if (!(pages_for(seq_len, c.kernel_block_size) <= c.block_table.row_stride)) {
-      throw Error("block_table row_stride", str(c.block_table.row_stride),
+    if (!(pages_for(seq_len, c.kernel_block_size) <= table_of(c).row_stride)) {
+      throw Error("block_table row_stride", str(table_of(c).row_stride),
                   ">= " + str(pages_for(seq_len, c.kernel_block_size)), req + " needs that many pages");
     }
   }
 }
 
-bool ReferenceMetadataBuilder::decide_cascade(std::int32_t common_prefix_len) const {
-  switch (context_.cascade) {
+bool cascade_chosen(CascadePolicy policy, std::int32_t common_prefix_len, std::int32_t num_reqs,
+                    const KVCacheSpec& kv_spec) {
+  switch (policy) {
     case CascadePolicy::kNever:
       return false;
     case CascadePolicy::kAlways:
       return common_prefix_len > 0;
     case CascadePolicy::kHeuristic:
-      return cascade_pays(common_prefix_len, metadata_.num_reqs, context_.kv_spec);
+      return cascade_pays(common_prefix_len, num_reqs, kv_spec);
   }
   return false;
 }
@@ -118,8 +128,8 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
   validate_batch(common);
   std::int32_t min_context = common.num_reqs > 0 ? common.max_seq_len : 0;
   for (std::size_t r = 0; r < static_cast<std::size_t>(common.num_reqs); ++r) {
-    const std::int32_t query_len = common.query_start_loc[r + 1] - common.query_start_loc[r];
-    min_context = std::min(min_context, common.seq_lens[r] - query_len);
+    const std::int32_t query_len = qsl_of(common)[r + 1] - qsl_of(common)[r];
+    min_context = std::min(min_context, seq_lens_of(common)[r] - query_len);
   }
   if (!(common_prefix_len >= 0 && common_prefix_len <= min_context)) {
     throw Error("common_prefix_len", str(common_prefix_len), "[0, " + str(min_context) + "]",
@@ -133,10 +143,10 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
   m.max_seq_len = common.max_seq_len;
   m.kernel_block_size = common.kernel_block_size;
   m.causal = common.causal;
-  m.query_start_loc = common.query_start_loc.first(static_cast<std::size_t>(common.num_reqs) + 1);
-  m.seq_lens = common.seq_lens.first(static_cast<std::size_t>(common.num_reqs));
-  m.block_table = common.block_table;
-  m.use_cascade = decide_cascade(common_prefix_len);
+  m.query_start_loc = qsl_of(common).first(static_cast<std::size_t>(common.num_reqs) + 1);
+  m.seq_lens = seq_lens_of(common).first(static_cast<std::size_t>(common.num_reqs));
+  m.block_table = table_of(common);
+  m.use_cascade = cascade_chosen(context_.cascade, common_prefix_len, m.num_reqs, context_.kv_spec);
   m.common_prefix_len = m.use_cascade ? common_prefix_len : 0;
   if (m.use_cascade) {
     if (!(prefix_pages_shared(m.block_table, m.num_reqs, m.common_prefix_len, m.kernel_block_size))) {
@@ -160,17 +170,17 @@ const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const Atte
     throw Error("common.kernel_block_size", str(common.kernel_block_size), str(plan.kernel_block_size),
                 "a plan is reused only for the same page size");
   }
-  if (!(plan.num_reqs == 0 || (common.block_table.data != nullptr && common.block_table.num_rows >= plan.num_reqs))) {
-    throw Error("block_table rows", str(common.block_table.num_rows), ">= num_reqs = " + str(plan.num_reqs));
+  if (!(plan.num_reqs == 0 || (table_of(common).data != nullptr && table_of(common).num_rows >= plan.num_reqs))) {
+    throw Error("block_table rows", str(table_of(common).num_rows), ">= num_reqs = " + str(plan.num_reqs));
   }
   for (std::size_t r = 0; r < static_cast<std::size_t>(plan.num_reqs); ++r) {
-    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= common.block_table.row_stride)) {
-      throw Error("block_table row_stride", str(common.block_table.row_stride),
+    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= table_of(common).row_stride)) {
+      throw Error("block_table row_stride", str(table_of(common).row_stride),
                   ">= " + str(pages_for(plan.seq_lens[r], plan.kernel_block_size)));
     }
   }
   if (&plan != &metadata_) metadata_ = plan;
-  metadata_.block_table = common.block_table;
+  metadata_.block_table = table_of(common);
   if (metadata_.use_cascade && !prefix_pages_shared(metadata_.block_table, metadata_.num_reqs,
                                                     metadata_.common_prefix_len, metadata_.kernel_block_size)) {
     metadata_.use_cascade = false;

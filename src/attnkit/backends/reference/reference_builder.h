@@ -19,6 +19,9 @@ namespace attnkit {
 inline constexpr std::int32_t kCascadeMinPrefixTokens = 256;
 inline constexpr std::int32_t kCascadeMinRequests = 8;
 bool cascade_pays(std::int32_t common_prefix_len, std::int32_t num_reqs, const KVCacheSpec& kv_spec);
+// The run's policy applied to a step: never, always (when there is a prefix), or cascade_pays.
+bool cascade_chosen(CascadePolicy policy, std::int32_t common_prefix_len, std::int32_t num_reqs,
+                    const KVCacheSpec& kv_spec);
 
 class ReferenceMetadataBuilder final : public MetadataBuilder {
  public:
@@ -39,7 +42,6 @@ class ReferenceMetadataBuilder final : public MetadataBuilder {
 
  private:
   void validate_batch(const CommonAttentionMetadata& common) const;
-  bool decide_cascade(std::int32_t common_prefix_len) const;
 
   BuilderContext context_;
   ReferenceMetadata metadata_;

@@ -29,7 +29,7 @@ bool contains(const std::vector<T>& values, T v) {
 
 // Where one request's keys live: key j is slot j % block_size of page pages[j / block_size].
 struct KeySource {
-  const KVCacheView* cache;
+  const HostKVCacheView* cache;
   std::span<const std::int32_t> pages;
 
   std::int64_t block_of(std::int64_t key) const {
@@ -177,9 +177,15 @@ ReferenceImpl::ReferenceImpl(const LayerParams& params) : params_(params) {
 
 KernelVariant ReferenceImpl::variant() const { return ReferenceBackend::kVariant; }
 
-void ReferenceImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
-                            const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
-                            const TensorView& lse) {
+void ReferenceImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
+                            const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
+                            const TensorView& lse_view, Stream stream) {
+  // CPU platform: every tensor is host memory (host_view refuses device memory).
+  const HostTensorView query = host_view(query_view, "query");
+  const HostTensorView output = host_view(output_view, "output");
+  const HostTensorView lse = host_view(lse_view, "lse");
+  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  (void)stream;  // CPU platform: runs on the calling thread
   (void)key;  // K7: the shared KV update op already wrote this step's keys and values
   (void)value;
   const auto& md = metadata_cast<ReferenceMetadata>(metadata, ReferenceBackend::caps());

@@ -22,7 +22,7 @@ class ReferenceImpl final : public AttentionImpl {
   // first finds the max logit, the second sums weights and values in double. With cascade, the
   // prefix and the suffix are separate partials merged by LSE. Allocates nothing.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value, const KVCacheView& kv_cache,
-               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse) override;
+               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse, Stream stream) override;
 
   const LayerParams& params() const { return params_; }
 

@@ -9,7 +9,12 @@
 namespace attnkit {
 
 namespace {
-MemoryResource& memory_of(const BuilderContext& ctx) { return ctx.memory ? *ctx.memory : host_memory(); }
+// VARLEN's kernel runs on the CPU: its plan lives in host memory.
+MemoryResource& memory_of(const BuilderContext& ctx) {
+  MemoryResource& memory = ctx.memory ? *ctx.memory : host_memory();
+  require_host(memory.space(), "VARLEN builder memory");
+  return memory;
+}
 
 std::int32_t positive(std::int32_t value, const char* field) {
   ATTNKIT_REQUIRE(value > 0, field, std::to_string(value), "> 0", "builder buffers are sized from it once");
@@ -39,7 +44,7 @@ void VarlenMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) con
                   std::to_string(c.query_start_loc.size()), ">= num_reqs + 1");
   ATTNKIT_REQUIRE(c.seq_lens.size() >= static_cast<std::size_t>(c.num_reqs), "seq_lens size",
                   std::to_string(c.seq_lens.size()), ">= num_reqs");
-  ATTNKIT_REQUIRE(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table.data != nullptr),
+  ATTNKIT_REQUIRE(c.block_table.num_rows >= c.num_reqs && (c.num_reqs == 0 || !c.block_table.data.empty()),
                   "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
   ATTNKIT_REQUIRE(c.slot_mapping.size() >= static_cast<std::size_t>(c.num_actual_tokens), "slot_mapping size",
                   std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
@@ -48,8 +53,9 @@ void VarlenMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) con
 // The block table and slot mapping are the runner's fixed-address buffers for this KV group
 // (C3: they never move), so the metadata names them instead of copying O(pages) per step.
 void VarlenMetadataBuilder::take_block_table_and_slots(const CommonAttentionMetadata& c) {
-  metadata_.block_table = BlockTableView{c.block_table.data, c.num_reqs, c.block_table.row_stride};
-  metadata_.slot_mapping = c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens));
+  metadata_.block_table = host_block_table(c.block_table, "block_table");
+  metadata_.block_table.num_rows = c.num_reqs;
+  metadata_.slot_mapping = host_span(c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens)), "slot_mapping");
 }
 
 const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix_len,
@@ -57,10 +63,10 @@ const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix
   (void)common_prefix_len;
   check_capacity(common);
   const auto num_reqs = static_cast<std::size_t>(common.num_reqs);
-  cu_seqlens_q_.upload(common.query_start_loc.first(num_reqs + 1));
-  seqused_k_.upload(common.seq_lens.first(num_reqs));
-  metadata_.cu_seqlens_q = cu_seqlens_q_.first(num_reqs + 1);
-  metadata_.seqused_k = seqused_k_.first(num_reqs);
+  cu_seqlens_q_.assign_host(host_span(common.query_start_loc.first(num_reqs + 1), "query_start_loc"));
+  seqused_k_.assign_host(host_span(common.seq_lens.first(num_reqs), "seq_lens"));
+  metadata_.cu_seqlens_q = cu_seqlens_q_.host_array().first(num_reqs + 1);
+  metadata_.seqused_k = seqused_k_.host_array().first(num_reqs);
   metadata_.num_reqs = common.num_reqs;
   metadata_.num_actual_tokens = common.num_actual_tokens;
   metadata_.max_query_len = common.max_query_len;
@@ -80,10 +86,10 @@ const AttentionMetadata& VarlenMetadataBuilder::update_block_table(const Attenti
                   "a plan is reused only for a group with the same batch structure");
   check_capacity(common);
   if (&plan != &metadata_) {
-    cu_seqlens_q_.upload(plan.cu_seqlens_q);
-    seqused_k_.upload(plan.seqused_k);
-    metadata_.cu_seqlens_q = cu_seqlens_q_.first(plan.cu_seqlens_q.size());
-    metadata_.seqused_k = seqused_k_.first(plan.seqused_k.size());
+    cu_seqlens_q_.assign_host(plan.cu_seqlens_q);
+    seqused_k_.assign_host(plan.seqused_k);
+    metadata_.cu_seqlens_q = cu_seqlens_q_.host_array().first(plan.cu_seqlens_q.size());
+    metadata_.seqused_k = seqused_k_.host_array().first(plan.seqused_k.size());
     metadata_.num_reqs = plan.num_reqs;
     metadata_.num_actual_tokens = plan.num_actual_tokens;
     metadata_.max_query_len = plan.max_query_len;

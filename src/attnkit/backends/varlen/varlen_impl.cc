@@ -19,9 +19,15 @@ VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
 
-void VarlenImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
-                         const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
-                         const TensorView& lse) {
+void VarlenImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
+                         const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
+                         const TensorView& lse_view, Stream stream) {
+  // CPU platform: every tensor is host memory (host_view refuses device memory).
+  const HostTensorView query = host_view(query_view, "query");
+  const HostTensorView output = host_view(output_view, "output");
+  const HostTensorView lse = host_view(lse_view, "lse");
+  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;
   const auto& md = metadata_cast<VarlenMetadata>(metadata, VarlenBackend::caps());

@@ -17,7 +17,7 @@ class VarlenImpl final : public AttentionImpl {
   // Per layer per step (hot path), allocation-free. key/value are unused: the shared KV update op
   // already wrote this step's tokens into `kv_cache`.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value, const KVCacheView& kv_cache,
-               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse) override;
+               const AttentionMetadata& metadata, const TensorView& output, const TensorView& lse, Stream stream) override;
 
  private:
   LayerParams params_;

@@ -54,8 +54,8 @@ PagedAttentionCpu::PagedAttentionCpu(int num_q_heads, int num_kv_heads, int head
 
 // ---- per request (hot path) ---------------------------------------------------------------------
 
-void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSequence& seq, const TensorView& query,
-                            const KVCacheView& kv, const TensorView& output, const TensorView& lse) {
+void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSequence& seq, const HostTensorView& query,
+                            const HostKVCacheView& kv, const HostTensorView& output, const HostTensorView& lse) {
   ATTNKIT_REQUIRE(params.num_kv_heads * group_ == params.num_q_heads && params.head_size == head_size_, "kernel params",
                   std::to_string(params.num_q_heads) + "/" + std::to_string(params.num_kv_heads) + "/" +
                       std::to_string(params.head_size),
@@ -79,8 +79,8 @@ void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSeque
 }
 
 void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const PagedSequence& seq, int kv_head,
-                                 std::int64_t tile_begin, int tile_len, const TensorView& query, const KVCacheView& kv,
-                                 const TensorView& output, const TensorView& lse) {
+                                 std::int64_t tile_begin, int tile_len, const HostTensorView& query, const HostKVCacheView& kv,
+                                 const HostTensorView& output, const HostTensorView& lse) {
   const int d = head_size_;
   const int g = group_;
   const std::int64_t context = seq.seq_len - seq.query_len;

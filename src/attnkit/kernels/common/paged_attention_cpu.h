@@ -56,13 +56,13 @@ class PagedAttentionCpu {
   // Per layer per request (hot path). query/output: [tokens, num_q_heads, head_size] (any float
   // dtype), lse: [tokens, num_q_heads] float32 or empty. Throws Error on a page list that is too
   // short or a physical page outside the cache; never reads out of bounds.
-  void run(const PagedAttentionParams& params, const PagedSequence& seq, const TensorView& query, const KVCacheView& kv,
-           const TensorView& output, const TensorView& lse);
+  void run(const PagedAttentionParams& params, const PagedSequence& seq, const HostTensorView& query, const HostKVCacheView& kv,
+           const HostTensorView& output, const HostTensorView& lse);
 
  private:
   void run_tile(const PagedAttentionParams& params, const PagedSequence& seq, int kv_head, std::int64_t tile_begin,
-                int tile_len, const TensorView& query, const KVCacheView& kv, const TensorView& output,
-                const TensorView& lse);
+                int tile_len, const HostTensorView& query, const HostKVCacheView& kv, const HostTensorView& output,
+                const HostTensorView& lse);
 
   int group_;  // query heads per KV head
   int head_size_;

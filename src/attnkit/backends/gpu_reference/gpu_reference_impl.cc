@@ -1,0 +1,131 @@
+#include "attnkit/backends/gpu_reference/gpu_reference_impl.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
+#include "attnkit/backends/gpu_reference/gpu_reference_metadata.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+template <class T>
+bool contains(const std::vector<T>& values, T v) {
+  return std::find(values.begin(), values.end(), v) != values.end();
+}
+
+DeviceArray<float> on_device(const std::vector<float>& values) {
+  if (values.empty()) return {};
+  MemoryResource& memory = cuda_device_memory();
+  DeviceArray<float> array(memory, values.size());
+  memory.copy_from_host(array.data(), values.data(), values.size() * sizeof(float));  // start-up
+  return array;
+}
+
+// [rows >= min_rows, heads, head_size] of `dtype` in device memory, head dim contiguous.
+void check_tokens(const TensorView& t, const char* name, std::int64_t min_rows, std::int64_t heads,
+                  std::int64_t head_size, DType dtype) {
+  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim == 3 && t.dim(0) >= min_rows && t.dim(1) == heads &&
+                      t.dim(2) == head_size && t.stride[2] == 1,
+                  std::string(name) + " shape", t.shape_string(),
+                  "[>= " + str(min_rows) + " (num_tokens_padded), " + str(heads) + ", " + str(head_size) +
+                      "], head dim contiguous");
+  ATTNKIT_REQUIRE(t.dtype == dtype, std::string(name) + " dtype", std::string(to_string(t.dtype)),
+                  std::string(to_string(dtype)));
+  ATTNKIT_REQUIRE(t.space == MemorySpace::kDevice, std::string(name) + " memory", std::string(to_string(t.space)),
+                  "device");
+}
+
+}  // namespace
+
+GpuReferenceImpl::GpuReferenceImpl(const LayerParams& params) : params_(params) {
+  const BackendCaps& caps = GpuReferenceBackend::caps();
+  ATTNKIT_REQUIRE(params.num_q_heads > 0 && params.num_kv_heads > 0 && params.num_q_heads % params.num_kv_heads == 0,
+                  "num_q_heads/num_kv_heads", str(params.num_q_heads) + "/" + str(params.num_kv_heads),
+                  "positive, num_q_heads a multiple of num_kv_heads");
+  ATTNKIT_REQUIRE(contains(caps.head_sizes, params.head_size), "head_size", str(params.head_size),
+                  "64, 80, 96, 112, 128, 192, 256");
+  ATTNKIT_REQUIRE(contains(caps.dtypes, params.dtype), "dtype", std::string(to_string(params.dtype)),
+                  describe_dtypes(caps.dtypes));
+  ATTNKIT_REQUIRE(contains(caps.kv_cache_dtypes, params.kv_cache_dtype), "kv_cache_dtype",
+                  std::string(to_string(params.kv_cache_dtype)), describe_dtypes(caps.kv_cache_dtypes));
+  ATTNKIT_REQUIRE(contains(caps.attention_types, params.attn_type), "attn_type",
+                  std::string(to_string(params.attn_type)), "decoder, encoder, encoder_only");
+  check_layer_params(caps, params);
+  alibi_slopes_ = on_device(params.alibi_slopes);
+  sinks_ = on_device(params.sinks);
+  kernels::GpuReferenceParams& k = kernel_params_;
+  k.activation_dtype = params.dtype;
+  k.kv_dtype = params.kv_cache_dtype;
+  k.num_q_heads = params.num_q_heads;
+  k.num_kv_heads = params.num_kv_heads;
+  k.head_size = params.head_size;
+  k.scale = params.softmax_scale();
+  k.soft_cap = params.soft_cap.value_or(0.0f);
+  k.sliding_window = params.sliding_window.value_or(0);
+  k.causal = params.attn_type == AttentionType::kDecoder;
+  k.alibi_slopes = alibi_slopes_.data();
+  k.sinks = sinks_.data();
+}
+
+KernelVariant GpuReferenceImpl::variant() const { return GpuReferenceBackend::kVariant; }
+
+void GpuReferenceImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
+                               const KVCacheView& kv_cache, const AttentionMetadata& metadata,
+                               const TensorView& output, const TensorView& lse, Stream stream) {
+  (void)key;  // K7: the shared KV update op already wrote this step's keys and values
+  (void)value;
+  const auto& md = metadata_cast<GpuReferenceMetadata>(metadata, GpuReferenceBackend::caps());
+  const bool causal = params_.attn_type == AttentionType::kDecoder;
+  ATTNKIT_REQUIRE(md.causal == causal, "metadata causal", md.causal ? "true" : "false", causal ? "true" : "false",
+                  "attn_type decides causality; the batch metadata disagrees");
+  const std::int64_t rows = md.num_tokens_padded;
+  check_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= rows && lse.dim(1) == params_.num_q_heads &&
+                                  lse.stride[1] == 1 && lse.dtype == DType::kFloat32 &&
+                                  lse.space == MemorySpace::kDevice),
+                  "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
+                  "empty or [>= " + str(rows) + ", " + str(params_.num_q_heads) + "] float32 device memory");
+  ATTNKIT_REQUIRE(kv_cache.data != nullptr && kv_cache.space == MemorySpace::kDevice &&
+                      kv_cache.num_kv_heads == params_.num_kv_heads && kv_cache.head_size == params_.head_size &&
+                      kv_cache.dtype == params_.kv_cache_dtype && kv_cache.block_size == md.kernel_block_size,
+                  "kv_cache", std::string(to_string(kv_cache.dtype)) + " heads " + str(kv_cache.num_kv_heads) +
+                                  " head_size " + str(kv_cache.head_size) + " page " + str(kv_cache.block_size),
+                  std::string(to_string(params_.kv_cache_dtype)) + " heads " + str(params_.num_kv_heads) +
+                      " head_size " + str(params_.head_size) + " page " + str(md.kernel_block_size) +
+                      ", device memory");
+
+  kernels::GpuReferenceParams p = kernel_params_;
+  p.query = query.data;
+  p.q_stride_token = query.stride[0];
+  p.q_stride_head = query.stride[1];
+  p.output = output.data;
+  p.o_stride_token = output.stride[0];
+  p.o_stride_head = output.stride[1];
+  p.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
+  p.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
+  p.kv_cache = kv_cache.data;
+  p.num_blocks = kv_cache.num_blocks;
+  p.block_size = static_cast<std::int32_t>(kv_cache.block_size);
+  p.stride_block = kv_cache.stride_block;
+  p.stride_token = kv_cache.stride_token;
+  p.stride_head = kv_cache.stride_head;
+  p.v_offset = kv_cache.v_offset;
+  p.k_scale = kv_cache.k_scale;
+  p.v_scale = kv_cache.v_scale;
+  p.query_start_loc = md.query_start_loc.data();
+  p.seq_lens = md.seq_lens.data();
+  p.block_table = md.block_table.data.data();
+  p.block_table_stride = md.block_table.row_stride;
+  p.num_reqs = md.num_reqs_padded;
+  p.num_tokens = md.num_tokens_padded;
+  p.cascade_prefix_len = md.device_cascade_prefix_len;
+  kernels::check_launch(kernels::launch_gpu_reference(p, stream.handle));
+}
+
+}  // namespace attnkit

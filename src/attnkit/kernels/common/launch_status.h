@@ -1,0 +1,17 @@
+// What every kernel launcher returns (CUTLASS-style: the launcher never throws or exits; the
+// caller turns a failure into an attnkit::Error that names the kernel and the CUDA error).
+#pragma once
+
+namespace attnkit::kernels {
+
+struct LaunchStatus {
+  int cuda_error = 0;       // cudaError_t value; 0 = cudaSuccess
+  const char* kernel = "";  // static name of the kernel, for the error message
+  bool ok() const { return cuda_error == 0; }
+};
+
+// Throws attnkit::Error(field "kernel <name>", value "<cudaErrorName>: <description>",
+// allowed "cudaSuccess") unless `status.ok()`. Cheap when ok: per-layer code calls it.
+void check_launch(const LaunchStatus& status);
+
+}  // namespace attnkit::kernels
