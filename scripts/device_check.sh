@@ -1,15 +1,52 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine (see ../shared tools: device), over binaries built here with nvcc
-# for sm_90 and carried in build-dev/: the GPU probe tests, the backend list and the demo.
-# Results go to $OUT/device_check.txt.
+# Runs on the lent GPU machine (one NVIDIA H200) over the binaries scripts/build_device.sh built
+# on the CPU machine into build-device/ (carry it): the GPU kernel tests, whole captured steps
+# through the runner, the GPU reference's conformance campaign (against the dense brute force and
+# the CPU reference), `attnkit replay` on random batches on the GPU, the demo, and
+# compute-sanitizer memcheck and racecheck on a small mixed batch. Logs go to $OUT; the summary
+# is printed last. Exits non-zero if anything failed.
 set -uo pipefail
-out="${OUT:-.}/device_check.txt"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bin=build-device
+out="${OUT:-$PWD/device-out}"
+mkdir -p "$out"
+export ATTNKIT_CLI="$PWD/$bin/attnkit"
+summary=()
+failed=0
+run() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  local verdict="ok"
+  [[ $rc -eq 0 ]] || { verdict="FAILED (exit $rc)"; failed=1; }
+  local tests
+  tests=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/$name.log" | tr '\n' ' ')
+  summary+=("$(printf '%-14s %-18s %4ss  %s' "$name" "$verdict" $((SECONDS - start)) "$tests")")
+}
+
 {
-  echo "== nvidia-smi"; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv
-  echo "== test_platform"; ./build-dev/test_platform
-  echo "== attnkit backends"; ./build-dev/attnkit backends 2>&1
-  echo "== attnkit demo"; ./build-dev/attnkit demo
-} >"$out" 2>&1
-rc=$?
-cat "$out"
-exit $rc
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
+  compute-sanitizer --version 2>/dev/null | head -n 1
+} >"$out/conditions.txt" 2>&1
+
+run platform "$bin/test_platform"
+run kv_kernels "$bin/test_kv" --gtest_filter='KVUpdateKernel*:SlotMappingKernel*'
+run ref_kernel "$bin/test_backends" --gtest_filter='GpuReferenceKernel*'
+run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*'
+run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:ConformanceHarness*'
+run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
+run demo "$bin/attnkit" demo
+run backends "$bin/attnkit" backends
+run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep.Captured*'
+run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep.DeviceTruth*'
+run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_kv" --gtest_filter='SlotMappingKernel.Random*'
+
+cat "$out/conditions.txt"
+grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out"/memcheck.log "$out"/racecheck.log "$out"/synccheck.log 2>/dev/null
+tail -n 4 "$out/demo.log"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+exit $failed

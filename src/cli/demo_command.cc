@@ -1,6 +1,7 @@
 // `attnkit demo`: the worked example of SYSTEM.md, end to end on every backend that runs here.
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include "attnkit/replay/metadata_json.h"
@@ -97,10 +98,23 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     run.need_lse = true;
     const AttentionConfig config = attention_config_for(layer_spec_of(record), run);
     const GpuProbe gpu = probe_gpu();
+    // Each backend runs on the platform it declares: the CPU ones here, the CUDA ones on the GPU
+    // when there is one.
+    const auto platform_of = [&](const BackendCaps& caps) -> std::optional<Platform> {
+      for (PlatformKind kind : caps.platforms) {
+        if (kind == PlatformKind::kCpu) return Platform::cpu();
+        if (kind == PlatformKind::kCuda && gpu.available()) {
+          return Platform::cuda(gpu.compute_capability, gpu.device_name);
+        }
+      }
+      return std::nullopt;
+    };
     std::cout << "attnkit demo: the worked example of SYSTEM.md (page 16; A decode q1/seq128, B prefill q4/seq4, "
                  "C extend q3/seq35), 8 q heads, 2 kv heads, head 128, "
               << to_string(*dtype) << "\n"
-              << "gpu: " << (gpu.available() ? gpu.device_name : gpu.error) << "; kernels run on the cpu platform\n";
+              << "gpu: " << (gpu.available() ? gpu.device_name : gpu.error)
+              << (gpu.available() ? "; CPU backends run on the cpu platform, CUDA backends on the GPU\n"
+                                  : "; kernels run on the cpu platform\n");
     Selector selector(default_registry());
     std::cout << "auto selection here: " << selector.select(config, std::nullopt).log_line() << "\n\n";
 
@@ -109,13 +123,17 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     std::optional<ReplayResult> reference;
     std::vector<ReplayResult> results;
     for (const BackendType& b : registered_backends()) {
-      const auto reasons = validate(b.caps(), config);
+      const std::optional<Platform> platform = platform_of(b.caps());
+      AttentionConfig on_platform = config;
+      if (platform) on_platform.platform = *platform;
+      const auto reasons = validate(b.caps(), on_platform);
       if (!reasons.empty()) {
         std::cout << "skip " << b.name() << ": " << reasons.front().message()
                   << (reasons.size() > 1 ? " (+" + std::to_string(reasons.size() - 1) + " more)" : "") << "\n\n";
         continue;
       }
       ReplayOptions options;
+      options.platform = *platform;
       options.backend = std::string(b.name());
       options.want_lse = true;
       options.check_invariants = true;
@@ -129,7 +147,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
           std::cout << "  worked example numbers: " << (ok ? "match SYSTEM.md" : "MISMATCH") << "\n\n";
           printed_common = true;
         }
-        std::cout << b.name() << " metadata:\n";
+        std::cout << b.name() << " metadata (" << options.platform.describe() << "):\n";
         const AttentionMetadata& md = *runner.forward_context().layer(runner.layer_id_at(0)).metadata;
         print_metadata(std::cout, md, 2);
         const bool ok = check_backend(b.name(), md);

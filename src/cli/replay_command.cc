@@ -5,6 +5,7 @@
 #include "attnkit/core/error.h"
 #include "attnkit/replay/replay.h"
 #include "commands.h"
+#include "platform_choice.h"
 
 namespace attnkit::cli {
 
@@ -13,6 +14,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     std::string dir;
     std::string backend;
     std::string out_dir;
+    std::string platform = "auto";
     bool lse = false;
     bool no_check = false;
     bool verbose = false;
@@ -24,6 +26,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       "out.npy, lse.npy (with --lse) and metadata.json.");
   cmd->add_option("DIR", flags->dir, "Directory with batch.json and q/k/v/k_cache/v_cache.npy")->required();
   cmd->add_option("--backend", flags->backend, "Explicit backend (default: auto selection)");
+  cmd->add_option("--platform", flags->platform,
+                  "auto (the GPU when there is one and the backend runs there), cpu or cuda")
+      ->capture_default_str();
   cmd->add_flag("--lse", flags->lse, "Also write lse.npy [tokens, q_heads] (natural log)");
   cmd->add_option("--out", flags->out_dir, "Where to write the results, created with its parents (default: DIR)");
   cmd->add_flag("--no-check", flags->no_check, "Skip the V1-V9 invariant checker");
@@ -31,6 +36,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->callback([flags, &exit_code] {
     const BatchRecord record = load_batch_record(flags->dir);
     ReplayOptions options;
+    options.platform = choose_platform(flags->platform, flags->backend);
     if (!flags->backend.empty()) options.backend = flags->backend;
     options.want_lse = flags->lse;
     options.check_invariants = !flags->no_check;
@@ -42,7 +48,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     std::filesystem::create_directories(out, ec);
     if (ec) throw Error("--out", out, "a directory that exists or can be created", ec.message());
     write_replay_result(out, result);
-    std::cout << "backend " << result.backend << ", kernel " << result.variant << "; "
+    std::cout << "platform " << options.platform.describe() << ", backend " << result.backend << ", kernel "
+              << result.variant << "; "
               << record.requests.size() << " requests, " << record.num_tokens() << " tokens"
               << (options.check_invariants ? "; invariants V1-V9 hold" : "") << "\n"
               << "wrote " << out << "/out.npy" << (flags->lse ? ", lse.npy" : "") << ", metadata.json\n";

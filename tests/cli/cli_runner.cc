@@ -29,7 +29,9 @@ std::string slurp(const std::string& path) {
 
 CliRun run_cli(const std::vector<std::string>& args) {
   const CliScratch io("io");
-  std::string command = quoted(ATTNKIT_CLI);
+  // The device script runs the tests from a copy of the build in another folder; it names the CLI.
+  const char* cli = std::getenv("ATTNKIT_CLI");
+  std::string command = quoted(cli && *cli ? cli : ATTNKIT_CLI);
   for (const auto& a : args) command += " " + quoted(a);
   command += " >" + quoted(io.sub("out")) + " 2>" + quoted(io.sub("err")) + " </dev/null";
   const int status = std::system(command.c_str());

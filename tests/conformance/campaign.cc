@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.h"
+#include "attnkit/platform/platform.h"
 #include "attnkit/replay/replay.h"
 #include "attnkit/selection/validate.h"
 #include "conformance/compare.h"
@@ -153,6 +154,7 @@ void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov
 // Runs `record` as case `c`; returns "" or why it failed.
 std::string check_case(const BackendType& backend, const ConformanceCase& c, const BatchRecord& record, Coverage& cov) {
   ReplayOptions options;
+  options.platform = c.platform;
   options.backend = std::string(backend.name());
   options.want_lse = c.want_lse;
   options.check_invariants = true;
@@ -177,7 +179,20 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   if (c.cascade && record.requests.size() >= 2 && !cascade_taken)
     return "cascade forced over a shared prefix, but the metadata does not take the cascade path";
   record_coverage(c, cascade_taken, cov);
-  return compare_with_dense(record, result, c.want_lse);
+  const std::string vs_dense = compare_with_dense(record, result, c.want_lse);
+  if (!vs_dense.empty() || c.platform.kind != PlatformKind::kCuda) return vs_dense;
+  // A CUDA backend is also checked against the CPU reference on the same inputs (B3 on the device).
+  ReplayOptions on_cpu = options;
+  on_cpu.platform = Platform::cpu();
+  on_cpu.backend = "REFERENCE";
+  ReplayResult reference;
+  try {
+    reference = replay_batch(record, on_cpu);
+  } catch (const std::exception& e) {
+    return std::string("the CPU reference threw: ") + e.what();
+  }
+  const std::string vs_reference = compare_with_result(record, result, reference, c.want_lse);
+  return vs_reference.empty() ? "" : "against the CPU reference:" + vs_reference;
 }
 
 std::string describe_record(const BatchRecord& r) {
@@ -197,7 +212,7 @@ std::string run_case(const BackendType& backend, const ConformanceCase& c, std::
 
 AttentionConfig ConformanceCase::config() const {
   AttentionConfig c;
-  c.platform = Platform::cpu();
+  c.platform = platform;
   c.dtype = batch.dtype;
   c.kv_cache_dtype = batch.kv_dtype;
   c.head_size = batch.head_size;
@@ -235,8 +250,19 @@ std::vector<int> block_size_candidates(const BackendCaps& caps) {
   return out;
 }
 
+std::optional<Platform> campaign_platform(const BackendCaps& caps) {
+  const auto declares = [&](PlatformKind k) {
+    return std::find(caps.platforms.begin(), caps.platforms.end(), k) != caps.platforms.end();
+  };
+  if (declares(PlatformKind::kCpu)) return Platform::cpu();
+  const GpuProbe gpu = probe_gpu();
+  if (declares(PlatformKind::kCuda) && gpu.available()) return Platform::cuda(gpu.compute_capability, gpu.device_name);
+  return std::nullopt;
+}
+
 CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   const BackendCaps& caps = backend.caps();
+  const Platform platform = campaign_platform(caps).value_or(Platform::cpu());
   const std::vector<int> blocks = block_size_candidates(caps);
   std::mt19937 rng(seed_of(caps.name));
   CampaignResult result;
@@ -256,6 +282,7 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   auto draw_valid = [&](const std::function<void(ConformanceCase&)>& pin, ConformanceCase& out) {
     for (int attempt = 0; attempt < kDrawAttempts; ++attempt) {
       ConformanceCase c = draw_case(rng, caps, blocks);
+      c.platform = platform;
       if (pin) pin(c);
       finalize(rng, c);
       if (valid(caps, c)) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace attnkit::testing {
 
 // One configuration of one run, drawn from the backend's caps.
 struct ConformanceCase {
+  Platform platform = Platform::cpu();  // where the backend runs: its CPU, or this machine's GPU
   RandomBatchOptions batch;
   AttentionType attn_type = AttentionType::kDecoder;
   KVLayout layout = KVLayout::kFusedHND;
@@ -52,6 +54,10 @@ std::vector<int> block_size_candidates(const BackendCaps& caps);
 // Every capability `caps` declares that `result` never exercised (plus its unreachable values),
 // e.g. "head_size 256", "feature cascade", "sliding window 1". Empty = full S6 coverage.
 std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& result);
+
+// The platform a backend's campaign runs on here: the CPU when it declares it, else this machine's
+// GPU when it declares CUDA and there is one; nullopt when it cannot run here.
+std::optional<Platform> campaign_platform(const BackendCaps& caps);
 
 // Runs `random_runs` random cases plus, for every declared value of every axis, a few cases with that
 // value pinned. Deterministic for a given backend name.

@@ -16,8 +16,17 @@ double relative_tolerance(DType out_dtype) {
   }
 }
 
-std::string compare_with_dense(const BatchRecord& record, const ReplayResult& result, bool want_lse) {
-  const DenseResult ref = dense_attention(dense_problem_of(record));
+namespace {
+
+std::vector<double> as_doubles(const HostTensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.view().numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = t.view().flat(static_cast<std::int64_t>(i));
+  return out;
+}
+
+// `result` against reference outputs `ref.out` / `ref.lse` of the same record.
+std::string compare_with(const BatchRecord& record, const ReplayResult& result, const DenseResult& ref,
+                         bool want_lse) {
   const std::int64_t tokens = record.num_tokens();
   const std::int64_t heads = record.num_q_heads;
   const std::int64_t d = record.head_size;
@@ -61,6 +70,20 @@ std::string compare_with_dense(const BatchRecord& record, const ReplayResult& re
     if (bad_lse > 0) why << " " << bad_lse << " LSE values off (tolerance " << kLseTolerance << ").";
   }
   return why.str();
+}
+
+}  // namespace
+
+std::string compare_with_dense(const BatchRecord& record, const ReplayResult& result, bool want_lse) {
+  return compare_with(record, result, dense_attention(dense_problem_of(record)), want_lse);
+}
+
+std::string compare_with_result(const BatchRecord& record, const ReplayResult& result, const ReplayResult& reference,
+                                bool want_lse) {
+  DenseResult ref;
+  ref.out = as_doubles(reference.out);
+  if (want_lse) ref.lse = as_doubles(reference.lse);
+  return compare_with(record, result, ref, want_lse);
 }
 
 }  // namespace attnkit::testing

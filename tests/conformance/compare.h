@@ -20,5 +20,9 @@ inline constexpr double kMagnitudeFloor = 0.5;
 // (replay poisons the output with NaN, so an unwritten element shows), every element within
 // tolerance, and with `want_lse` the LSE too. Otherwise the first bad elements and the worst error.
 std::string compare_with_dense(const BatchRecord& record, const ReplayResult& result, bool want_lse);
+// The same check against another backend's result on the same record (the GPU reference against
+// the CPU reference).
+std::string compare_with_result(const BatchRecord& record, const ReplayResult& result, const ReplayResult& reference,
+                                bool want_lse);
 
 }  // namespace attnkit::testing

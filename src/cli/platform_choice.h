@@ -1,0 +1,16 @@
+// Which platform a subcommand runs on: the one the user names, or the machine's GPU when there is
+// one and the chosen backend (if any) runs there, else the CPU.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attnkit/platform/platform.h"
+
+namespace attnkit::cli {
+
+// `platform` is "auto", "cpu" or "cuda"; `backend` the explicit backend or empty. Throws Error for
+// another name, and for "cuda" without a usable GPU (naming why there is none).
+Platform choose_platform(const std::string& platform, const std::string& backend);
+
+}  // namespace attnkit::cli

@@ -1,0 +1,181 @@
+// What an engine can get wrong and the runner refuses with an Error naming the field, instead of
+// a wrong output: requests out of the runner's order (G8), two requests writing one page (V6),
+// a block outside the group, a sequence longer than max_model_len, K/V in the wrong dtype, a
+// layer id of another runner; and the memory an engine may inject (K3).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/runner/model_runner.h"
+#include "support/runner_driver.h"
+
+namespace attnkit::testing {
+namespace {
+
+// One KV group of page 16 on CSR_PLAN (threshold 1: decodes first).
+ModelRunner csr_runner() {
+  RunnerConfig c = small_runner_config();
+  c.backend = "CSR_PLAN";
+  return ModelRunner({attention_layer("attn", 4, 2, 64, 16)}, c);
+}
+
+struct HandBuiltStep {
+  std::vector<std::int32_t> ids, query_lens, computed, rows;
+  std::int32_t stride = 4;
+  std::vector<ManagerBlockTable> tables;
+  StepInput input() {
+    tables = {ManagerBlockTable{rows, stride}};
+    StepInput s;
+    s.request_ids = ids;
+    s.query_lens = query_lens;
+    s.num_computed_tokens = computed;
+    s.block_tables = tables;
+    return s;
+  }
+};
+
+std::string field_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.field();
+  }
+  return "no error";
+}
+
+TEST(RequestOrder, TheRunnerTellsTheOrderAndRefusesAnyOther) {
+  ModelRunner runner = csr_runner();
+  // Scheduler order: a prefill (id 7), then a decode (id 8).
+  const std::vector<std::int32_t> query_lens{5, 1};
+  const BatchReorder& order = runner.order_requests(query_lens);
+  EXPECT_EQ(std::vector<std::int32_t>(order.order().begin(), order.order().end()), (std::vector<std::int32_t>{1, 0}));
+
+  HandBuiltStep wrong{{7, 8}, {5, 1}, {0, 20}, {0, 1, 2, 3, 4, 5, 6, 7}};
+  try {
+    runner.prepare_step(wrong.input(), Stream{});
+    FAIL() << "a step in the scheduler's order would pair the decode's Q with the prefill's plan";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "request order");
+    EXPECT_NE(e.value().find("request 1 (id 8, query_len 1)"), std::string::npos) << e.what();
+  }
+  HandBuiltStep right{{8, 7}, {1, 5}, {20, 0}, {4, 5, 6, 7, 0, 1, 2, 3}};
+  EXPECT_NO_THROW(runner.prepare_step(right.input(), Stream{}));
+}
+
+TEST(PageOwnership, TwoRequestsWritingOnePageAreRefusedByPrepareStep) {
+  RunnerConfig c = small_runner_config();
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, c);
+  // Both decodes write position 20, i.e. page 1 of their rows, and both rows name block 9 there.
+  HandBuiltStep s{{0, 1}, {1, 1}, {20, 20}, {3, 9, 0, 0, 4, 9, 0, 0}};
+  try {
+    runner.prepare_step(s.input(), Stream{});
+    FAIL() << "two requests would write the same KV page";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "block_tables[0]");
+    EXPECT_NE(e.value().find("page 9 written by requests 0 and 1"), std::string::npos) << e.what();
+  }
+  // Sharing a page both only read (prefix caching) is fine.
+  HandBuiltStep shared{{0, 1}, {1, 1}, {20, 20}, {3, 9, 0, 0, 3, 10, 0, 0}};
+  EXPECT_NO_THROW(runner.prepare_step(shared.input(), Stream{}));
+}
+
+TEST(PageOwnership, ABlockOutsideTheGroupIsRefusedWhereTheTableIsProduced) {
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());
+  HandBuiltStep s{{0}, {3}, {16}, {2, 64, 0, 0}};  // 64 blocks: block 64 does not exist
+  EXPECT_EQ(field_of([&] { runner.prepare_step(s.input(), Stream{}); }), "block_tables[0] entry of request 0");
+}
+
+TEST(StepLimits, ASequenceLongerThanMaxModelLenIsReportedAsSuch) {
+  RunnerConfig c = small_runner_config();
+  c.max_model_len = 64;
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, c);
+  HandBuiltStep s{{0}, {2}, {63}, {0, 1, 2, 3}};
+  try {
+    runner.prepare_step(s.input(), Stream{});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "seq_len of request 0");
+    EXPECT_EQ(e.value(), "65");
+    EXPECT_EQ(e.allowed(), "<= max_model_len 64");
+  }
+}
+
+TEST(ActivationDtypes, KeyAndValueOfTheWrongDtypeAreRefusedLikeTheQuery) {
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());  // float16
+  HandBuiltStep s{{0}, {3}, {0}, {0, 1, 2, 3}};
+  runner.prepare_step(s.input(), Stream{});
+  HostTensor q(DType::kFloat16, {3, 4, 64}), out(DType::kFloat16, {3, 4, 64});
+  HostTensor kv_f32(DType::kFloat32, {3, 2, 64});
+  q.fill(0.5f);
+  kv_f32.fill(0.25f);
+  ForwardContextScope scope(runner.forward_context());
+  EXPECT_EQ(field_of([&] {
+              ModelRunner::unified_attention(runner.layer_id_at(0), q.view(), kv_f32.view(), kv_f32.view(), out.view(),
+                                             {}, Stream{});
+            }),
+            "key/value dtype");
+}
+
+TEST(LayerIds, AnIdOfAnotherRunnerIsRefused) {
+  ModelRunner a({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());
+  ModelRunner b({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());
+  EXPECT_NE(a.layer_id("attn"), b.layer_id("attn"));
+  EXPECT_EQ(field_of([&] { (void)a.layer(b.layer_id("attn")); }), "layer id");
+  EXPECT_EQ(a.layer(a.layer_id("attn")).name, "attn");
+}
+
+// K3: an engine's own allocator serves the KV cache and the workspaces.
+class CountingMemory final : public MemoryResource {
+ public:
+  MemorySpace space() const override { return MemorySpace::kHost; }
+  void* allocate(std::size_t bytes) override {
+    ++allocations;
+    allocated += bytes;
+    return host_memory().allocate(bytes);
+  }
+  void deallocate(void* p) override { host_memory().deallocate(p); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override { host_memory().copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, std::size_t n) override { host_memory().copy_to_host(d, s, n); }
+  void copy_from_host_async(void* d, const void* s, std::size_t n, Stream st) override {
+    host_memory().copy_from_host_async(d, s, n, st);
+  }
+  int allocations = 0;
+  std::size_t allocated = 0;
+};
+
+TEST(InjectedMemory, TheKVCacheAndTheWorkspacesComeFromTheEnginesResources) {
+  CountingMemory kv, workspace;
+  RunnerConfig c = small_runner_config();
+  c.kv_memory = &kv;
+  c.workspace_memory = &workspace;
+  const std::vector<LayerSpec> layers{attention_layer("attn.0", 4, 2, 64, 16), attention_layer("attn.1", 4, 2, 64, 16)};
+  c.num_manager_blocks = kv_blocks_for_memory_budget(layers, std::size_t{1} << 20);
+  // One block of each layer: 16 tokens x 2 heads x 64 x (K and V) x 2 bytes = 8 KiB, so 1 MiB holds 64.
+  EXPECT_EQ(c.num_manager_blocks, 64);
+  {
+    ModelRunner runner(layers, c);
+    EXPECT_EQ(kv.allocations, 2);  // one tensor per layer
+    EXPECT_EQ(kv.allocated, std::size_t{2} * 64 * 8192);
+    EXPECT_GT(workspace.allocations, 0);
+    RunnerDriver driver(runner, 5);
+    driver.step({{0, 9}, {1, 3}});
+  }
+  EXPECT_EQ(field_of([&] { (void)kv_blocks_for_memory_budget(layers, 100); }), "kv memory budget");
+  // Memory that kernels of the platform cannot read is refused at start-up.
+  RunnerConfig pinned_as_kv = small_runner_config();
+  class DeviceLabelled final : public MemoryResource {
+   public:
+    MemorySpace space() const override { return MemorySpace::kDevice; }
+    void* allocate(std::size_t) override { return nullptr; }
+    void deallocate(void*) override {}
+    void copy_from_host(void*, const void*, std::size_t) override {}
+    void copy_to_host(void*, const void*, std::size_t) override {}
+    void copy_from_host_async(void*, const void*, std::size_t, Stream) override {}
+  } device_memory;
+  pinned_as_kv.kv_memory = &device_memory;
+  EXPECT_EQ(field_of([&] { ModelRunner r(layers, pinned_as_kv); }), "kv_memory");
+}
+
+}  // namespace
+}  // namespace attnkit::testing
