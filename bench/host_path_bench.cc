@@ -1,4 +1,4 @@
-// The per-step host path (SYSTEM.md cost model: T_build): batch reorder, common metadata, slot
+// The per-step host path (docs/design.md cost model: T_build): batch reorder, common metadata, slot
 // mapping, every attention group's build/plan, forward-context set-up. One ModelRunner::prepare_step
 // per iteration, for 1..1024 decode requests and 1..3 KV-cache groups, per backend.
 // Counts heap allocations inside the timed loop: the steady state must allocate nothing.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine (one NVIDIA H200) over the binaries scripts/build_device.sh built
+# Runs on a GPU machine (one NVIDIA H200, sm_90a) over the binaries scripts/build_device.sh built
 # on the CPU machine into build-device/ (carry it): the GPU kernel tests, whole captured steps
 # through the runner, the GPU reference's conformance campaign (against the dense brute force and
 # the CPU reference), `attnkit replay` on random batches on the GPU, the demo, and
-# compute-sanitizer memcheck and racecheck on a small mixed batch. Logs go to $OUT; the summary
-# is printed last. Exits non-zero if anything failed.
+# compute-sanitizer memcheck and racecheck on a small mixed batch. Everything goes to one log,
+# $OUT/device_check.log (the device tool returns few files); the summary is printed last. Exits
+# non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=build-device
@@ -13,17 +14,25 @@ mkdir -p "$out"
 export ATTNKIT_CLI="$PWD/$bin/attnkit"
 summary=()
 failed=0
+log="$out/device_check.log"
+: >"$log"
 run() {
   local name=$1
   shift
   local start=$SECONDS
-  "$@" >"$out/$name.log" 2>&1
+  local part
+  part=$(mktemp)
+  "$@" >"$part" 2>&1
   local rc=$?
   local verdict="ok"
   [[ $rc -eq 0 ]] || { verdict="FAILED (exit $rc)"; failed=1; }
+  { echo "===== $name: $*"; cat "$part"; echo; } >>"$log"
   local tests
-  tests=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/$name.log" | tr '\n' ' ')
-  summary+=("$(printf '%-14s %-18s %4ss  %s' "$name" "$verdict" $((SECONDS - start)) "$tests")")
+  tests=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$part" | tr '\n' ' ')
+  summary+=("$(printf '%-12s %-16s %4ss  %s' "$name" "$verdict" $((SECONDS - start)) "$tests")")
+  [[ $name == memcheck || $name == racecheck || $name == synccheck ]] && grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$part" | sed "s/^/$name: /" >>"$out/sanitizer.txt"
+  [[ $name == demo ]] && tail -n 5 "$part" >"$out/demo_tail.txt"
+  rm -f "$part"
 }
 
 {
@@ -45,8 +54,6 @@ run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_run
 run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep.DeviceTruth*'
 run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_kv" --gtest_filter='SlotMappingKernel.Random*'
 
-cat "$out/conditions.txt"
-grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out"/memcheck.log "$out"/racecheck.log "$out"/synccheck.log 2>/dev/null
-tail -n 4 "$out/demo.log"
+cat "$out/conditions.txt" "$out/sanitizer.txt" "$out/demo_tail.txt" 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $failed

@@ -1,4 +1,4 @@
-// `attnkit demo`: the worked example of SYSTEM.md, end to end on every backend that runs here.
+// `attnkit demo`: the worked example of docs/design.md, end to end on every backend that runs here.
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -44,7 +44,7 @@ BatchRecord worked_example(DType dtype, DType kv_dtype, unsigned seed) {
   return r;
 }
 
-// What SYSTEM.md says the worked example must produce.
+// What docs/design.md says the worked example must produce.
 bool check_common(const CommonAttentionMetadata& c) {
   const auto eq = [](auto span, std::vector<std::int64_t> want) {
     if (span.size() != want.size()) return false;
@@ -59,7 +59,7 @@ bool check_common(const CommonAttentionMetadata& c) {
          eq(to_host_vector(c.slot_mapping), {175, 80, 81, 82, 83, 192, 193, 194});
 }
 
-// The backend-specific numbers SYSTEM.md gives; backends it says nothing about pass trivially.
+// The backend-specific numbers docs/design.md gives; backends it says nothing about pass trivially.
 bool check_backend(std::string_view backend, const AttentionMetadata& metadata) {
   const nlohmann::json j = metadata_to_json(metadata);
   const auto is = [&](const nlohmann::json& v, std::vector<std::int64_t> want) {
@@ -85,7 +85,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
   };
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("demo",
-                                 "Run the worked example of SYSTEM.md: print the common metadata and each backend's "
+                                 "Run the worked example of docs/design.md: print the common metadata and each backend's "
                                  "metadata, run attention on every backend available here and cross-check outputs");
   cmd->add_option("--dtype", flags->dtype, "Activation and KV dtype: float16, bfloat16 or float32")->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Seed of the random Q/K/V")->capture_default_str();
@@ -109,7 +109,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
       }
       return std::nullopt;
     };
-    std::cout << "attnkit demo: the worked example of SYSTEM.md (page 16; A decode q1/seq128, B prefill q4/seq4, "
+    std::cout << "attnkit demo: the worked example of docs/design.md (page 16; A decode q1/seq128, B prefill q4/seq4, "
                  "C extend q3/seq35), 8 q heads, 2 kv heads, head 128, "
               << to_string(*dtype) << "\n"
               << "gpu: " << (gpu.available() ? gpu.device_name : gpu.error)
@@ -144,7 +144,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
           print_common_metadata(std::cout, common, 2);
           const bool ok = check_common(common);
           all_ok = all_ok && ok;
-          std::cout << "  worked example numbers: " << (ok ? "match SYSTEM.md" : "MISMATCH") << "\n\n";
+          std::cout << "  worked example numbers: " << (ok ? "match docs/design.md" : "MISMATCH") << "\n\n";
           printed_common = true;
         }
         std::cout << b.name() << " metadata (" << options.platform.describe() << "):\n";
@@ -153,7 +153,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
         const bool ok = check_backend(b.name(), md);
         all_ok = all_ok && ok;
         if (b.name() == "VARLEN" || b.name() == "CSR_PLAN") {
-          std::cout << "  worked example numbers: " << (ok ? "match SYSTEM.md" : "MISMATCH") << "\n";
+          std::cout << "  worked example numbers: " << (ok ? "match docs/design.md" : "MISMATCH") << "\n";
         }
       };
       ReplayResult result = replay_batch(record, options);
@@ -185,7 +185,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     }
     std::cout << (all_ok ? "demo: ok\n" : "demo: FAILED\n");
     // The worked example is fixed input, so a mismatch is attnkit's fault, never the user's.
-    if (!all_ok) std::cerr << "attnkit: internal error: the worked example does not reproduce SYSTEM.md\n";
+    if (!all_ok) std::cerr << "attnkit: internal error: the worked example does not reproduce docs/design.md\n";
     exit_code = all_ok ? kExitOk : kExitInternalError;
   });
 }

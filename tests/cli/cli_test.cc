@@ -49,7 +49,7 @@ bool contains(const std::vector<T>& values, const T& value) {
 TEST(CliDemo, ReproducesTheWorkedExample) {
   const CliRun run = run_cli({"demo"});
   EXPECT_EQ(run.exit_code, 0) << run.both();
-  EXPECT_TRUE(has(run.out, "worked example numbers: match SYSTEM.md")) << run.out;
+  EXPECT_TRUE(has(run.out, "worked example numbers: match docs/design.md")) << run.out;
   EXPECT_TRUE(has(run.out, "demo: ok")) << run.out;
   EXPECT_FALSE(has(run.out, "MISMATCH")) << run.out;
 }

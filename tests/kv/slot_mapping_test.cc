@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::int64_t kPoison = 123456789;
 
-// The worked example of SYSTEM.md: page 16; A decode (q 1, seq 128), B prefill (q 4, seq 4),
+// The worked example of docs/design.md: page 16; A decode (q 1, seq 128), B prefill (q 4, seq 4),
 // C extend (q 3, seq 35). Rows are padded with -1 to a stride of 8.
 struct WorkedExample {
   std::vector<std::int32_t> query_start_loc{0, 1, 5, 8};

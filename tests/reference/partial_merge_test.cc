@@ -10,7 +10,7 @@ namespace attnkit::kernels {
 namespace {
 
 TEST(MergeSink, AnEmptyRowStaysEmptyEvenWithASink) {
-  // SYSTEM.md: no visible key -> zeros and LSE -inf, sink or not.
+  // docs/design.md: no visible key -> zeros and LSE -inf, sink or not.
   const MergeWeights w = merge_sink(-INFINITY, 3.0f);
   EXPECT_EQ(w.wa, 0.0f);
   EXPECT_EQ(w.lse, -INFINITY);

@@ -24,7 +24,7 @@ using Json = nlohmann::json;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// The worked example of SYSTEM.md: page size 16; A decodes (1 of 128), B prefills (4 of 4),
+// The worked example of docs/design.md: page size 16; A decodes (1 of 128), B prefills (4 of 4),
 // C extends (3 of 35). Block ids go up to 12, so the cache holds 13 blocks; block 0 is unused.
 BatchRecord worked_example(std::uint32_t seed) {
   std::mt19937 rng(seed);

@@ -71,7 +71,7 @@ struct StepSnapshot {
 };
 
 struct Violation {
-  int invariant = 0;  // 1..9, as numbered in SYSTEM.md
+  int invariant = 0;  // 1..9, as numbered in docs/design.md
   std::string message;
 };
 

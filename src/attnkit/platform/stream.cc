@@ -28,6 +28,10 @@ bool is_capturing(Stream stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+void synchronize(Stream stream) {
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)), "cudaStreamSynchronize");
+}
+
 StreamEvent::~StreamEvent() {
   if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
 }
@@ -48,6 +52,7 @@ void StreamEvent::wait() const {
 }
 #else
 bool is_capturing(Stream) { return false; }
+void synchronize(Stream) {}
 StreamEvent::~StreamEvent() = default;
 void StreamEvent::record(Stream) { recorded_ = true; }
 void StreamEvent::wait() const {}

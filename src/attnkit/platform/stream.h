@@ -14,6 +14,10 @@ struct Stream {
 // builds without CUDA). Legal during capture.
 bool is_capturing(Stream stream);
 
+// Blocks the host until the work enqueued on `stream` has run. Debug tools and tests only (the
+// invariant checker reads device arrays); never on a hot path. No-op without CUDA.
+void synchronize(Stream stream);
+
 // An event that marks when the work enqueued before record() has run. The runner uses one to know
 // that the pinned host mirrors of the previous step have been copied before it rewrites them.
 class StreamEvent {

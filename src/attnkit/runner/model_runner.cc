@@ -521,10 +521,14 @@ void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
     }
   }
   graph_mode_ = decide_graph_mode();
-  if (config_.check_invariants) {
-    const auto violations = check_invariants(snapshot_of(*this));
-    if (!violations.empty()) throw InvariantError(violations);
-  }
+}
+
+// V1-V9 on demand: the snapshot reads the device arrays the step's kernels wrote, so on CUDA this
+// waits for them (a debug option; never inside a capture, where nothing has run yet).
+void ModelRunner::check_prepared_step(Stream stream) const {
+  if (on_cuda(config_)) synchronize(stream);
+  const auto violations = check_invariants(snapshot_of(*this));
+  if (!violations.empty()) throw InvariantError(violations);
 }
 
 void ModelRunner::enqueue(Stream stream) {
@@ -542,6 +546,7 @@ void ModelRunner::prepare_step(const StepInput& step, Stream stream) {
   plan(step, /*wait_for_previous_copies=*/cuda && !capturing);
   enqueue(stream);
   if (cuda && !capturing) plan_copied_.record(stream);
+  if (config_.check_invariants && !capturing) check_prepared_step(stream);
 }
 
 void ModelRunner::plan_step(const StepInput& step) { plan(step, /*wait_for_previous_copies=*/on_cuda(config_)); }

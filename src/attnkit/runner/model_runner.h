@@ -43,7 +43,7 @@ struct RunnerConfig {
   CascadePolicy cascade = CascadePolicy::kHeuristic;
   bool need_lse = false;                // layers must be able to return the LSE
   bool optimistic_cpu_lengths = false;  // steps may carry host upper bounds (G6, D2)
-  bool check_invariants = false;        // run the V1-V9 checker after every prepare_step
+  bool check_invariants = false;        // run the V1-V9 checker after every prepare_step (syncs on CUDA)
   float k_scale = 1.0f;                 // fp8 KV scales (K8)
   float v_scale = 1.0f;
   float kv_poison = std::numeric_limits<float>::quiet_NaN();  // fills unwritten cache
@@ -135,6 +135,7 @@ class ModelRunner {
   void check_request_order(const StepInput& step) const;
   void plan(const StepInput& step, bool wait_for_previous_copies);
   void enqueue(Stream stream);
+  void check_prepared_step(Stream stream) const;
   void plan_group_tables(KVGroupState& group, const StepInput& step, int group_index);
   void enqueue_group(const KVGroupState& group, Stream stream) const;
   std::int32_t common_prefix_len(const KVGroupState& group) const;

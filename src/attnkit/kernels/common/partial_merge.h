@@ -11,7 +11,7 @@
 namespace attnkit::kernels {
 
 // out *= result.wa; lse = result.lse (result.wb multiplies the sink's value, which is zero).
-// A row that saw no key stays empty (zeros, LSE -inf) even with a sink, as SYSTEM.md requires.
+// A row that saw no key stays empty (zeros, LSE -inf) even with a sink, as docs/design.md requires.
 ATTNKIT_HD MergeWeights merge_sink(float lse, float sink) {
   if (lse == -INFINITY) return {0.0f, 0.0f, -INFINITY};
   return merge_weights(lse, sink);

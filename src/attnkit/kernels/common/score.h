@@ -1,4 +1,4 @@
-// The exact semantics of SYSTEM.md in one place: how a raw q.k becomes a logit, and which keys a
+// The exact semantics of docs/design.md in one place: how a raw q.k becomes a logit, and which keys a
 // query may see. Every kernel (CPU impls today, device kernels later) calls these.
 #pragma once
 
