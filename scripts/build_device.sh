@@ -6,10 +6,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh
 PATH="$(./scripts/cmake_path.sh):$PATH"
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_BUILD_BENCH=OFF >/dev/null
-targets=(attnkit_cli test_platform test_kv test_backends test_runner test_conformance test_cli)
+targets=(attnkit_cli engine_loop test_platform test_kv test_backends test_runner test_conformance test_cli)
 cmake --build build-dev -j "$(nproc)" --target "${targets[@]}"
 rm -rf build-device && mkdir -p build-device
-cp build-dev/attnkit build-device/
-for t in "${targets[@]:1}"; do cp "build-dev/tests/$t" build-device/; done
+cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-device/
+for t in "${targets[@]:2}"; do cp "build-dev/tests/$t" build-device/; done
 strip build-device/*
 du -sh build-device

@@ -49,9 +49,10 @@ run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*'
 run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
 run demo "$bin/attnkit" demo
+run engine_loop "$bin/engine_loop"
 run backends "$bin/attnkit" backends
-run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep.Captured*'
-run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep.DeviceTruth*'
+run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
+run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
 run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_kv" --gtest_filter='SlotMappingKernel.Random*'
 
 cat "$out/conditions.txt" "$out/sanitizer.txt" "$out/demo_tail.txt" 2>/dev/null

@@ -132,8 +132,11 @@ std::vector<LayerBuffers> make_buffers() {
   return b;
 }
 
-// The same random activations (never zeros) into both runners' buffers.
+// The same random activations (never zeros) into both runners' buffers. The copies run on the
+// legacy stream, which does not wait for the test's non-blocking stream: wait for the previous
+// step's kernels first, or the copy races with the layers still reading these buffers.
 void fill_inputs(std::uint32_t seed, std::vector<LayerBuffers>& a, std::vector<LayerBuffers>& b) {
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int l = 0; l < kLayers; ++l) {
@@ -156,6 +159,7 @@ void run_layers(const ModelRunner& runner, std::vector<LayerBuffers>& buffers, S
 }
 
 std::vector<std::byte> bytes_of(const DeviceTensor& t) {
+  (void)cudaDeviceSynchronize();  // see fill_inputs
   const HostTensor h = t.to_host();
   const auto* p = static_cast<const std::byte*>(h.view().data);
   return {p, p + h.bytes()};
@@ -163,6 +167,7 @@ std::vector<std::byte> bytes_of(const DeviceTensor& t) {
 
 std::vector<std::byte> cache_bytes(const ModelRunner& runner, int layer) {
   const KVCacheView& kv = runner.kv_cache(runner.layer_id_at(layer));
+  (void)cudaDeviceSynchronize();  // see fill_inputs
   std::vector<std::byte> out(kv.num_bytes());
   cuda_device_memory().copy_to_host(out.data(), kv.data, out.size());
   return out;

@@ -396,15 +396,25 @@ void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int 
     ATTNKIT_REQUIRE(pages <= in.row_stride, "block_tables[" + std::to_string(gi) + "] row of request",
             std::to_string(r), std::to_string(pages) + " blocks for its seq_len", "too few blocks for seq_len");
     const auto src = in.row(r).first(static_cast<std::size_t>(pages));
-    for (std::int32_t block : src) {
-      ATTNKIT_REQUIRE(block >= 0 && block < num_blocks,
-                      "block_tables[" + std::to_string(gi) + "] entry of request " + std::to_string(r),
-                      std::to_string(block), "[0, " + std::to_string(num_blocks) + ") (blocks of this KV group)");
-    }
     std::int32_t* kernel_row = kernel_rows + static_cast<std::size_t>(r) * kstride;
+    // Copy and range check in one branch-free pass (it vectorizes): a block outside the group
+    // would make a kernel read or write another layer's memory.
+    std::uint32_t out_of_range = 0;
+    const auto limit = static_cast<std::uint32_t>(num_blocks);
     if (k == 1) {
-      std::copy(src.begin(), src.end(), kernel_row);  // inline for the usual few pages
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        kernel_row[i] = src[i];
+        out_of_range |= static_cast<std::uint32_t>(static_cast<std::uint32_t>(src[i]) >= limit);
+      }
     } else {
+      for (std::int32_t block : src) out_of_range |= static_cast<std::uint32_t>(static_cast<std::uint32_t>(block) >= limit);
+    }
+    if (out_of_range != 0) [[unlikely]] {
+      const auto bad = std::find_if(src.begin(), src.end(), [&](std::int32_t b) { return b < 0 || b >= num_blocks; });
+      throw Error("block_tables[" + std::to_string(gi) + "] entry of request " + std::to_string(r),
+                  std::to_string(*bad), "[0, " + std::to_string(num_blocks) + ") (blocks of this KV group)");
+    }
+    if (k > 1) {
       std::int32_t* manager_row = g.manager_rows.data() + static_cast<std::size_t>(r) * mstride;
       std::memcpy(manager_row, src.data(), src.size_bytes());
       expand_block_row(src, k, {kernel_row, src.size() * static_cast<std::size_t>(k)});
