@@ -75,9 +75,17 @@ AttentionConfig to_config(const SelectFlags& f) {
   return c;
 }
 
+// "  VARLEN: valid, runs kernel variant cpu-online-softmax (declared: cpu-online-softmax)" or
+// "  CSR_PLAN: invalid (declared kernel variants: cpu-plan-run)", then every reason.
 void print_candidate(const BackendType& b, const AttentionConfig& config) {
   const auto reasons = validate(b.caps(), config);
-  std::cout << "  " << b.name() << ": " << (reasons.empty() ? "valid" : "invalid") << "\n";
+  std::cout << "  " << b.name() << ": ";
+  if (reasons.empty()) {
+    std::cout << "valid, runs kernel variant " << resolve_variant(b.caps(), config).variant->variant.name
+              << " (declared: " << variant_names(b.caps()) << ")\n";
+  } else {
+    std::cout << "invalid (declared kernel variants: " << variant_names(b.caps()) << ")\n";
+  }
   for (const Reason& r : reasons) std::cout << "    - [" << to_string(r.kind) << "] " << r.message() << "\n";
 }
 
@@ -121,6 +129,9 @@ void add_select_command(CLI::App& app, int& exit_code) {
     try {
       const Selection& sel = selector.select(config, name);
       std::cout << "selected: " << sel.log_line() << "\n";
+      if (const VariantCaps* variant = find_variant(sel.backend->caps(), sel.variant)) {
+        std::cout << "kernel variant: " << variant->variant.name << " (" << variant->summary << ")\n";
+      }
       exit_code = kExitOk;
     } catch (const SelectionError&) {
       // The answer on stdout stays complete; main() reports the error and its exit code.

@@ -12,6 +12,7 @@
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "backends/paged_batch.h"
+#include "support/through_selector.h"
 
 namespace attnkit {
 namespace {
@@ -108,7 +109,8 @@ std::map<std::string, int> run_sweep(const BackendType& backend, std::vector<int
     SCOPED_TRACE("case " + std::to_string(i) + ": " + c.describe());
     const testing::PagedBatch batch = testing::make_paged_batch(rng, c.spec);
     auto builder = backend.make_builder(testing::builder_context_for(backend.caps(), batch));
-    auto impl = backend.make_impl(c.params, backend.resolve_variant(AttentionConfig{}));
+    auto impl =
+        testing::impl_through_selector(backend.name(), c.params, testing::cpu_run(c.spec.block_size, c.spec.layout));
     const int rows = batch.num_tokens() + c.spec.padding_rows;
     HostTensor out(c.spec.dtype, {rows, c.spec.num_q_heads, c.spec.head_size});
     HostTensor lse(DType::kFloat32, {rows, c.spec.num_q_heads});

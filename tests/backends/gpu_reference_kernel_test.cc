@@ -6,6 +6,8 @@
 #if ATTNKIT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "support/guarded_device_buffer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -26,53 +28,9 @@
 namespace attnkit {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-void check_cuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
-}
-
 constexpr unsigned char kSentinel = 0xC3;  // float16 0xC3C3 = -3.76, bfloat16 -390; float32 -390.5: all visible
-
-// Device bytes between two guard regions of kSentinel; the middle starts filled with it too
-// (the poisoned output), or with uploaded contents (inputs).
-class GuardedDeviceBytes {
- public:
-  static constexpr std::size_t kGuard = 256;
-  explicit GuardedDeviceBytes(std::size_t bytes) : bytes_(bytes) {
-    check_cuda(cudaMalloc(&base_, bytes + 2 * kGuard), "cudaMalloc");
-    check_cuda(cudaMemset(base_, kSentinel, bytes + 2 * kGuard), "cudaMemset");
-  }
-  ~GuardedDeviceBytes() { cudaFree(base_); }
-  GuardedDeviceBytes(const GuardedDeviceBytes&) = delete;
-  GuardedDeviceBytes& operator=(const GuardedDeviceBytes&) = delete;
-  template <class T>
-  T* as() const {
-    return reinterpret_cast<T*>(static_cast<unsigned char*>(base_) + kGuard);
-  }
-  void upload(const void* host) { check_cuda(cudaMemcpy(as<void>(), host, bytes_, cudaMemcpyHostToDevice), "upload"); }
-  std::vector<unsigned char> download() const {
-    std::vector<unsigned char> out(bytes_);
-    check_cuda(cudaMemcpy(out.data(), as<void>(), bytes_, cudaMemcpyDeviceToHost), "download");
-    return out;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> all(bytes_ + 2 * kGuard);
-    check_cuda(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "download guards");
-    const auto sentinel = [](unsigned char b) { return b == kSentinel; };
-    return std::all_of(all.begin(), all.begin() + kGuard, sentinel) &&
-           std::all_of(all.end() - kGuard, all.end(), sentinel);
-  }
-
- private:
-  void* base_ = nullptr;
-  std::size_t bytes_;
-};
+using GuardedDeviceBytes = testing::SentinelGuardedBytes<kSentinel>;
+using testing::check_cuda;
 
 template <class T>
 std::unique_ptr<GuardedDeviceBytes> upload_vector(const std::vector<T>& host) {

@@ -12,6 +12,7 @@
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "backends/paged_batch.h"
+#include "support/through_selector.h"
 
 namespace {
 std::atomic<long> g_allocations{0};
@@ -45,7 +46,7 @@ void expect_allocation_free(const BackendType& backend, KVLayout layout, LayerPa
   params.num_kv_heads = spec.num_kv_heads;
   params.head_size = spec.head_size;
   auto builder = backend.make_builder(testing::builder_context_for(backend.caps(), batch));
-  auto impl = backend.make_impl(params, backend.resolve_variant(AttentionConfig{}));
+  auto impl = testing::impl_through_selector(backend.name(), params, testing::cpu_run(spec.block_size, layout));
   HostTensor out(spec.dtype, {batch.num_tokens(), spec.num_q_heads, spec.head_size});
   HostTensor lse(DType::kFloat32, {batch.num_tokens(), spec.num_q_heads});
   const CommonAttentionMetadata common = batch.common();
@@ -92,7 +93,7 @@ TEST(HotPath, RecurrentBuildAndForwardAllocateNothing) {
   ctx.max_num_reqs = 4;
   ctx.max_blocks_per_req = 1;
   auto builder = RecurrentStateBackend::make_builder(ctx);
-  auto impl = RecurrentStateBackend::make_impl(p, kRecurrentCpuVariant);
+  auto impl = testing::impl_through_selector("RECURRENT_STATE", p, testing::recurrent_state_run());
   const std::vector<std::int32_t> qsl{0, 1, 4}, seq{5, 3}, table{2, 0};
   CommonAttentionMetadata common;
   common.query_start_loc_cpu = qsl;

@@ -13,7 +13,9 @@
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/backends/varlen/varlen_metadata.h"
 #include "attnkit/core/error.h"
+#include "attnkit/selection/validate.h"
 #include "backends/paged_batch.h"
+#include "support/through_selector.h"
 
 namespace attnkit {
 namespace {
@@ -59,7 +61,8 @@ std::int32_t unused_page(const testing::PagedBatch& b) {
 TEST(CsrPlanImpl, ReadsItsCsrIndicesNotTheBlockTable) {
   testing::PagedBatch b = three_page_batch(KVLayout::kSplitHND, 21);
   auto builder = CsrPlanBackend::make_builder(testing::builder_context_for(CsrPlanBackend::caps(), b));
-  auto impl = CsrPlanBackend::make_impl(testing::layer_params_for(b.spec), kCsrPlanCpuVariant);
+  auto impl = testing::impl_through_selector("CSR_PLAN", testing::layer_params_for(b.spec),
+                                             testing::cpu_run(b.spec.block_size, b.spec.layout));
   const auto& md = dynamic_cast<const CsrPlanMetadata&>(builder->build(0, b.common()));
   const HostTensor good = run(*impl, b, md);
   EXPECT_EQ(testing::expect_matches_dense(b, good, nullptr, testing::dense_attention(b.dense)), 0);
@@ -89,7 +92,8 @@ TEST(CsrPlanImpl, ReadsItsCsrIndicesNotTheBlockTable) {
 TEST(VarlenImpl, ReadsTheBlockTableItsMetadataNames) {
   testing::PagedBatch b = three_page_batch(KVLayout::kFusedHND, 22);
   auto builder = VarlenBackend::make_builder(testing::builder_context_for(VarlenBackend::caps(), b));
-  auto impl = VarlenBackend::make_impl(testing::layer_params_for(b.spec), kVarlenCpuVariant);
+  auto impl = testing::impl_through_selector("VARLEN", testing::layer_params_for(b.spec),
+                                             testing::cpu_run(b.spec.block_size, b.spec.layout));
   const auto& md = dynamic_cast<const VarlenMetadata&>(builder->build(0, b.common()));
   const HostTensor good = run(*impl, b, md);
   EXPECT_EQ(testing::expect_matches_dense(b, good, nullptr, testing::dense_attention(b.dense)), 0);
@@ -122,7 +126,7 @@ TEST(CombinationRules, VarlenRefusesFp8KvWithAlibiInTheSelectorAndTheImpl) {
   p.kv_cache_dtype = DType::kFp8E4M3;
   EXPECT_THROW(VarlenBackend::make_impl(p, kVarlenCpuVariant), Error);
   p.kv_cache_dtype = DType::kBFloat16;
-  EXPECT_NO_THROW(VarlenBackend::make_impl(p, kVarlenCpuVariant));
+  EXPECT_NO_THROW(testing::impl_through_selector("VARLEN", p));
 }
 
 TEST(CombinationRules, CsrPlanRefusesSlidingWindowWithSinksInTheSelectorAndTheImpl) {
@@ -142,27 +146,28 @@ TEST(CombinationRules, CsrPlanRefusesSlidingWindowWithSinksInTheSelectorAndTheIm
   p.sinks = {0.1f, 0.2f, 0.3f, 0.4f};
   EXPECT_THROW(CsrPlanBackend::make_impl(p, kCsrPlanCpuVariant), Error);
   p.sinks.clear();
-  EXPECT_NO_THROW(CsrPlanBackend::make_impl(p, kCsrPlanCpuVariant));
+  EXPECT_NO_THROW(testing::impl_through_selector("CSR_PLAN", p));
   p.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};  // not a declared feature
   EXPECT_THROW(CsrPlanBackend::make_impl(p, kCsrPlanCpuVariant), Error);
 }
 
 TEST(Variants, EachBackendResolvesOneVariantAndRunsOnlyIt) {
   const AttentionConfig config;
-  EXPECT_EQ(VarlenBackend::resolve_variant(config), kVarlenCpuVariant);
-  EXPECT_EQ(CsrPlanBackend::resolve_variant(config), kCsrPlanCpuVariant);
+  EXPECT_EQ(resolve_variant(VarlenBackend::caps(), config).variant->variant, kVarlenCpuVariant);
+  EXPECT_EQ(resolve_variant(CsrPlanBackend::caps(), config).variant->variant, kCsrPlanCpuVariant);
   LayerParams p;
   p.num_q_heads = 4;
   p.num_kv_heads = 2;
   p.head_size = 64;
-  EXPECT_EQ(VarlenBackend::make_impl(p, kVarlenCpuVariant)->variant(), kVarlenCpuVariant);
+  EXPECT_EQ(testing::impl_through_selector("VARLEN", p)->variant(), kVarlenCpuVariant);
   EXPECT_THROW(VarlenBackend::make_impl(p, kCsrPlanCpuVariant), Error);
   EXPECT_THROW(CsrPlanBackend::make_impl(p, kVarlenCpuVariant), Error);
 }
 
 TEST(VarlenImpl, RefusesForeignMetadataWrongCachesAndMismatchedCausality) {
   testing::PagedBatch b = three_page_batch(KVLayout::kFusedHND, 23);
-  auto impl = VarlenBackend::make_impl(testing::layer_params_for(b.spec), kVarlenCpuVariant);
+  auto impl = testing::impl_through_selector("VARLEN", testing::layer_params_for(b.spec),
+                                             testing::cpu_run(b.spec.block_size, b.spec.layout));
   auto csr_builder = CsrPlanBackend::make_builder(testing::builder_context_for(CsrPlanBackend::caps(), b));
   EXPECT_THROW(run(*impl, b, csr_builder->build(0, b.common())), Error);  // another backend's plan
 
@@ -180,7 +185,9 @@ TEST(VarlenImpl, RefusesForeignMetadataWrongCachesAndMismatchedCausality) {
 
   LayerParams encoder = testing::layer_params_for(b.spec);
   encoder.attn_type = AttentionType::kEncoder;  // non-causal layer, causal metadata
-  EXPECT_THROW(run(*VarlenBackend::make_impl(encoder, kVarlenCpuVariant), b, md), Error);
+  auto encoder_impl =
+      testing::impl_through_selector("VARLEN", encoder, testing::cpu_run(b.spec.block_size, b.spec.layout));
+  EXPECT_THROW(run(*encoder_impl, b, md), Error);
 }
 
 }  // namespace

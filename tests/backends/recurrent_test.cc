@@ -9,6 +9,7 @@
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 #include "attnkit/backends/recurrent/recurrent_metadata.h"
 #include "attnkit/core/error.h"
+#include "support/through_selector.h"
 
 namespace attnkit {
 namespace {
@@ -39,7 +40,7 @@ class RecurrentFixture {
     ctx.max_num_tokens = 32;
     ctx.max_blocks_per_req = 1;
     builder_ = RecurrentStateBackend::make_builder(ctx);
-    impl_ = RecurrentStateBackend::make_impl(params_, RecurrentStateBackend::resolve_variant(AttentionConfig{}));
+    impl_ = testing::impl_through_selector("RECURRENT_STATE", params_, testing::recurrent_state_run());
   }
 
   KVCacheView view() {
@@ -162,11 +163,11 @@ TEST(RecurrentState, DeclaresItsOwnStateUpdateAndRefusesAttentionShapes) {
   gqa.num_kv_heads = 2;
   gqa.head_size = 64;
   gqa.kv_cache_dtype = DType::kFloat32;
-  EXPECT_THROW(RecurrentStateBackend::make_impl(gqa, kRecurrentCpuVariant), Error);
+  EXPECT_THROW(testing::impl_through_selector("RECURRENT_STATE", gqa, testing::recurrent_state_run()), Error);
   LayerParams windowed = gqa;
   windowed.num_q_heads = 2;
   windowed.sliding_window = 4;
-  EXPECT_THROW(RecurrentStateBackend::make_impl(windowed, kRecurrentCpuVariant), Error);
+  EXPECT_THROW(testing::impl_through_selector("RECURRENT_STATE", windowed, testing::recurrent_state_run()), Error);
 
   RecurrentFixture f(DType::kFloat32);
   const std::vector<std::int32_t> qsl{0, 1}, seq{1}, table{0};

@@ -1,4 +1,4 @@
-// SYSTEM.md's worked example, to the number, for both execution-model builders; then both impls
+// docs/design.md's worked example, to the number, for both execution-model builders; then both impls
 // run it against the dense reference.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/backends/varlen/varlen_metadata.h"
 #include "backends/paged_batch.h"
+#include "support/through_selector.h"
 
 namespace attnkit {
 namespace {
@@ -170,7 +171,7 @@ TEST(WorkedExample, BothImplsMatchDenseAttention) {
     auto ctx = context_for(backend.caps());
     ctx.max_blocks_per_req = batch.row_stride;
     auto builder = backend.make_builder(ctx);
-    auto impl = backend.make_impl(params, backend.resolve_variant(AttentionConfig{}));
+    auto impl = testing::impl_through_selector(backend.name(), params, testing::cpu_run(spec.block_size, layout));
     HostTensor out(DType::kFloat16, {8, spec.num_q_heads, spec.head_size});
     testing::poison(out);
     impl->forward(batch.query, {}, {}, batch.kv, builder->build(0, batch.common()), out, {}, Stream{});

@@ -170,7 +170,7 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   }
   // S6: the backend and the kernel variant the selector names are the ones that ran.
   if (result.backend != backend.name()) return "ran backend " + result.backend;
-  const std::string_view variant = backend.resolve_variant(c.config()).name;
+  const std::string_view variant = resolve_variant(backend.caps(), c.config()).variant->variant.name;  // c is valid()
   if (result.variant != variant) return "ran variant " + result.variant + ", expected " + std::string(variant);
   const nlohmann::json common = nlohmann::json::parse(result.common_metadata_json);
   if (common.value("kernel_block_size", -1) != c.kernel_block_size)

@@ -5,6 +5,8 @@
 #if ATTNKIT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "support/guarded_device_buffer.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,50 +25,9 @@
 namespace attnkit {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-void check_cuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
-}
-
 // Device bytes between two guard regions of a sentinel byte; the guards must survive every launch.
-class GuardedDeviceBytes {
- public:
-  static constexpr std::size_t kGuard = 256;
-  static constexpr unsigned char kSentinel = 0x5A;
-  explicit GuardedDeviceBytes(std::size_t bytes) : bytes_(bytes) {
-    check_cuda(cudaMalloc(&base_, bytes + 2 * kGuard), "cudaMalloc");
-    check_cuda(cudaMemset(base_, kSentinel, bytes + 2 * kGuard), "cudaMemset");
-  }
-  ~GuardedDeviceBytes() { cudaFree(base_); }
-  GuardedDeviceBytes(const GuardedDeviceBytes&) = delete;
-  GuardedDeviceBytes& operator=(const GuardedDeviceBytes&) = delete;
-
-  void* data() const { return static_cast<unsigned char*>(base_) + kGuard; }
-  void upload(const void* host) { check_cuda(cudaMemcpy(data(), host, bytes_, cudaMemcpyHostToDevice), "upload"); }
-  std::vector<unsigned char> download() const {
-    std::vector<unsigned char> out(bytes_);
-    check_cuda(cudaMemcpy(out.data(), data(), bytes_, cudaMemcpyDeviceToHost), "download");
-    return out;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> all(bytes_ + 2 * kGuard);
-    check_cuda(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "download guards");
-    const auto intact = [](auto first, auto last) {
-      return std::all_of(first, last, [](unsigned char b) { return b == kSentinel; });
-    };
-    return intact(all.begin(), all.begin() + kGuard) && intact(all.end() - kGuard, all.end());
-  }
-
- private:
-  void* base_ = nullptr;
-  std::size_t bytes_;
-};
+using GuardedDeviceBytes = testing::SentinelGuardedBytes<0x5A>;
+using testing::check_cuda;
 
 // K or V activations: [tokens, heads, head_size] rows placed at `offset + t*stride_token +
 // h*stride_head + d` elements of a host buffer (a fused QKV row, padded strides, misalignment).

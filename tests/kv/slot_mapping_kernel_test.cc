@@ -5,6 +5,8 @@
 #if ATTNKIT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "support/guarded_device_buffer.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,54 +21,10 @@
 namespace attnkit {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-void check_cuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
-}
-
 // A device array of T between two guard regions of a sentinel byte.
 template <class T>
-class GuardedDeviceArray {
- public:
-  static constexpr std::size_t kGuard = 256;
-  static constexpr unsigned char kSentinel = 0xA7;
-  explicit GuardedDeviceArray(std::size_t count) : count_(count) {
-    check_cuda(cudaMalloc(&base_, bytes() + 2 * kGuard), "cudaMalloc");
-    check_cuda(cudaMemset(base_, kSentinel, bytes() + 2 * kGuard), "cudaMemset");
-  }
-  ~GuardedDeviceArray() { cudaFree(base_); }
-  GuardedDeviceArray(const GuardedDeviceArray&) = delete;
-  GuardedDeviceArray& operator=(const GuardedDeviceArray&) = delete;
-
-  T* data() const { return reinterpret_cast<T*>(static_cast<unsigned char*>(base_) + kGuard); }
-  void upload(const std::vector<T>& host) {
-    if (host.size() != count_) throw std::runtime_error("upload size");
-    check_cuda(cudaMemcpy(data(), host.data(), bytes(), cudaMemcpyHostToDevice), "upload");
-  }
-  std::vector<T> download() const {
-    std::vector<T> out(count_);
-    check_cuda(cudaMemcpy(out.data(), data(), bytes(), cudaMemcpyDeviceToHost), "download");
-    return out;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> all(bytes() + 2 * kGuard);
-    check_cuda(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "download guards");
-    const auto sentinel = [](unsigned char b) { return b == kSentinel; };
-    return std::all_of(all.begin(), all.begin() + kGuard, sentinel) &&
-           std::all_of(all.end() - kGuard, all.end(), sentinel);
-  }
-
- private:
-  std::size_t bytes() const { return count_ * sizeof(T); }
-  void* base_ = nullptr;
-  std::size_t count_;
-};
+using GuardedDeviceArray = testing::SentinelGuardedArray<T, 0xA7>;
+using testing::check_cuda;
 
 // One step's host inputs. The last requests are padding (query 0, order -1); tokens past the
 // last request are padding too.

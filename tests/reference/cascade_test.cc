@@ -9,6 +9,7 @@
 #include "attnkit/backends/reference/reference_metadata.h"
 #include "attnkit/core/error.h"
 #include "reference/paged_problem.h"
+#include "support/through_selector.h"
 
 namespace attnkit::testing {
 namespace {
@@ -165,7 +166,7 @@ TEST(CascadeReuse, UpdateBlockTableKeepsThePlanAndSwapsPages) {
   EXPECT_EQ(reused.block_table.data, b.block_table.data());
   EXPECT_NE(&reused, &plan) << "each builder owns its metadata object";
 
-  auto impl = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
+  auto impl = impl_through_selector("REFERENCE", s.params, cpu_run(s.block_size, s.layout));
   impl->forward(a.query, {}, {}, a.cache, plan, a.output, a.lse_view(), Stream{});
   impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view(), Stream{});
   EXPECT_TRUE(outputs_agree(a.output.view(), b.output.view(), 0.0));
@@ -187,7 +188,7 @@ TEST(CascadeReuse, GroupWithoutSharedPrefixPagesRunsWithoutCascade) {
   const auto& reused = static_cast<const ReferenceMetadata&>(builder_b->update_block_table(plan, common_b));
   EXPECT_FALSE(reused.use_cascade);
   EXPECT_EQ(reused.common_prefix_len, 0);
-  auto impl = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
+  auto impl = impl_through_selector("REFERENCE", s.params, cpu_run(s.block_size, s.layout));
   impl->forward(b.query, {}, {}, b.cache, reused, b.output, b.lse_view(), Stream{});
   EXPECT_TRUE(matches_dense(b, dense_attention(b.dense())));
 }

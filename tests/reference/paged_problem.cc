@@ -8,6 +8,7 @@
 
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/reference/reference_metadata.h"
+#include "support/through_selector.h"
 
 namespace attnkit::testing {
 
@@ -296,9 +297,8 @@ std::string PagedCase::describe() const {
 
 bool run_reference(PagedCase& c, CascadePolicy cascade, std::int32_t common_prefix_len) {
   const BackendType backend = backend_type_of<ReferenceBackend>();
-  const KernelVariant variant = backend.resolve_variant(AttentionConfig{});
   auto builder = backend.make_builder(c.builder_context(cascade));
-  auto impl = backend.make_impl(c.spec().params, variant);
+  auto impl = impl_through_selector(backend.name(), c.spec().params, cpu_run(c.spec().block_size, c.spec().layout));
   const CommonAttentionMetadata common = c.common();
   const AttentionMetadata& metadata = builder->build(common_prefix_len, common);
   impl->forward(c.query, TensorView{}, TensorView{}, c.cache, metadata, c.output, c.lse_view(), Stream{});

@@ -8,6 +8,7 @@
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/reference/reference_metadata.h"
 #include "reference/paged_problem.h"
+#include "support/through_selector.h"
 
 namespace attnkit::testing {
 namespace {
@@ -71,7 +72,7 @@ TEST(ReferenceVsDense, WorkedExampleOfSystemMd) {
   // not read them: NaN there would poison the output.
   HostTensor new_keys(DType::kFloat32, {8, 2, 64});
   new_keys.fill(NAN);
-  auto impl = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
+  auto impl = impl_through_selector("REFERENCE", s.params, cpu_run(s.block_size, s.layout));
   impl->forward(c.query, new_keys, new_keys, c.cache, m, c.output, c.lse_view(), Stream{});
   EXPECT_TRUE(matches_dense(c, dense_attention(c.dense())));
 }

@@ -11,6 +11,7 @@
 #include "attnkit/backends/reference/reference_metadata.h"
 #include "attnkit/core/error.h"
 #include "reference/paged_problem.h"
+#include "support/through_selector.h"
 
 namespace attnkit::testing {
 namespace {
@@ -67,16 +68,18 @@ TEST(ReferenceCaps, DeclareExactlyWhatTheImplRuns) {
 
   const BackendType type = backend_type_of<ReferenceBackend>();
   EXPECT_EQ(type.name(), "REFERENCE");
-  EXPECT_EQ(type.resolve_variant(AttentionConfig{}), (KernelVariant{"cpu-exact-f64"}));
+  ASSERT_EQ(caps.variants.size(), 1u);
+  EXPECT_EQ(caps.variants[0].variant, (KernelVariant{"cpu-exact-f64"}));
   LayerParams params;
   params.dtype = DType::kFloat32;
-  EXPECT_EQ(type.make_impl(params, KernelVariant{"cpu-exact-f64"})->variant(), (KernelVariant{"cpu-exact-f64"}));
+  EXPECT_EQ(impl_through_selector(type.name(), params)->variant(), (KernelVariant{"cpu-exact-f64"}));
 }
 
 TEST(ReferenceImplParams, OutsideTheCapsAreRejected) {
   auto make = [](auto edit) {
     LayerParams p;
     edit(p);
+    // make_impl's own refusals, so it is called directly: through the selector, selection refuses first.
     return [p] { ReferenceBackend::make_impl(p, ReferenceBackend::kVariant); };
   };
   EXPECT_EQ(error_field(make([](LayerParams& p) { p.head_size = 100; })), "head_size");
@@ -107,7 +110,7 @@ struct OtherMetadata : AttentionMetadata {
 
 TEST(ReferenceImplForward, MetadataOfAnotherBackendIsRejected) {
   PagedCase c(small_spec());
-  auto impl = ReferenceBackend::make_impl(c.spec().params, ReferenceBackend::kVariant);
+  auto impl = impl_through_selector("REFERENCE", c.spec().params, cpu_run(c.spec().block_size, c.spec().layout));
   const OtherMetadata foreign;
   EXPECT_EQ(error_field([&] { impl->forward(c.query, {}, {}, c.cache, foreign, c.output, c.lse_view(), Stream{}); }),
             "attention metadata");
@@ -122,7 +125,7 @@ class ForwardChecks : public ::testing::Test {
     builder_ = ReferenceBackend::make_builder(c_.builder_context(CascadePolicy::kNever));
     common_ = c_.common();
     metadata_ = &builder_->build(0, common_);
-    impl_ = ReferenceBackend::make_impl(c_.spec().params, ReferenceBackend::kVariant);
+    impl_ = impl_through_selector("REFERENCE", c_.spec().params, cpu_run(c_.spec().block_size, c_.spec().layout));
   }
   std::string forward_error(const TensorView& q, const KVCacheView& cache, const TensorView& out,
                             const TensorView& lse) {
@@ -168,7 +171,7 @@ TEST_F(ForwardChecks, RejectsWrongShapesAndDtypes) {
 TEST_F(ForwardChecks, CausalityMustAgreeWithTheLayer) {
   PagedCaseSpec s = small_spec();
   s.params.attn_type = AttentionType::kEncoder;  // non-causal layer, causal batch metadata
-  auto encoder = ReferenceBackend::make_impl(s.params, ReferenceBackend::kVariant);
+  auto encoder = impl_through_selector("REFERENCE", s.params, cpu_run(s.block_size, s.layout));
   EXPECT_EQ(error_field([&] { encoder->forward(c_.query, {}, {}, c_.cache, *metadata_, c_.output, {}, Stream{}); }),
             "metadata causal");
 }

@@ -20,6 +20,8 @@
 
 #if ATTNKIT_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "support/guarded_device_buffer.h"
 #endif
 
 namespace attnkit {
@@ -33,12 +35,7 @@ constexpr std::int32_t kMaxTokens = 64;     // rows of every Q/K/V/output buffer
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-bool have_gpu() {
-  int count = 0;
-  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  (void)cudaGetLastError();
-  return ok && probe_gpu().available();
-}
+bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
 
 Platform gpu() {
   const GpuProbe p = probe_gpu();

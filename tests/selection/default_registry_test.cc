@@ -2,8 +2,11 @@
 // on CUDA (no backend declares it yet, so auto selection there fails with every reason).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/selector.h"
+#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 namespace {
@@ -81,7 +84,40 @@ TEST(DefaultRegistry, EveryBackendCanBeNamedExplicitlyForAConfigurationItAccepts
     const Selection& s = selector.select(c, b.name());
     EXPECT_EQ(s.backend, &b);
     EXPECT_TRUE(s.explicit_choice);
-    EXPECT_EQ(s.variant, b.resolve_variant(c));
+    const VariantResolution resolution = resolve_variant(caps, c);
+    ASSERT_NE(resolution.variant, nullptr) << b.name();
+    EXPECT_EQ(s.variant, resolution.variant->variant);
+  }
+}
+
+TEST(DefaultRegistry, EveryBackendDeclaresItsOneKernelVariant) {
+  const std::map<std::string_view, std::string_view> expected{{"REFERENCE", "cpu-exact-f64"},
+                                                              {"VARLEN", "cpu-online-softmax"},
+                                                              {"CSR_PLAN", "cpu-plan-run"},
+                                                              {"RECURRENT_STATE", "cpu-decay-scan"},
+                                                              {"GPU_REFERENCE", "cuda-exact-f32"}};
+  for (const BackendType& b : registered_backends()) {
+    const BackendCaps& caps = b.caps();
+    ASSERT_EQ(caps.variants.size(), 1u) << b.name();
+    EXPECT_EQ(caps.variants[0].variant.name, expected.at(b.name()));
+    EXPECT_FALSE(caps.variants[0].summary.empty()) << b.name();
+  }
+}
+
+TEST(DefaultRegistry, MakeImplRefusesAVariantItsBackendDoesNotDeclare) {
+  for (const BackendType& b : registered_backends()) {
+    const KernelVariant declared = b.caps().variants.at(0).variant;
+    const KernelVariant undeclared_name{"fa3", declared.id}, undeclared_id{declared.name, declared.id + 1};
+    for (const KernelVariant undeclared : {undeclared_name, undeclared_id}) {
+      try {
+        b.make_impl(LayerParams{}, undeclared);
+        ADD_FAILURE() << b.name() << " built " << undeclared.name << " (id " << undeclared.id << ")";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.field(), "kernel variant") << b.name();
+        EXPECT_EQ(e.value().rfind(std::string(undeclared.name), 0), 0u) << e.value();
+        EXPECT_EQ(e.allowed(), variant_names(b.caps())) << b.name();
+      }
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // Fake backends for the selection tests: capability declarations only (selection never builds
-// an impl or a builder), so these tests do not depend on the real backends.
+// an impl or a builder), so these tests do not depend on the real backends. Their kernel
+// variants are declared in the caps like a real backend's.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,7 @@ struct FakeExactBackend {
       BackendCaps caps;
       caps.name = "EXACT";
       caps.summary = "strict fake";
+      caps.variants = {{{"exact-kernel", 0}, "the one kernel"}};
       caps.platforms = {PlatformKind::kCpu};
       caps.dtypes = {DType::kFloat32, DType::kFloat16};
       caps.kv_cache_dtypes = {DType::kFloat16};
@@ -31,13 +33,12 @@ struct FakeExactBackend {
     }();
     return c;
   }
-  static KernelVariant resolve_variant(const AttentionConfig&) { return {"exact-kernel"}; }
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
 };
 
-// A permissive backend on CPU and CUDA sm_80..sm_90, with one combination rule and a variant that
-// depends on the KV dtype.
+// A permissive backend on CPU and CUDA sm_80..sm_90, with one combination rule and a variant per
+// KV dtype family.
 struct FakeWideBackend {
   static bool fp8_with_sinks(const AttentionConfig& c) { return is_fp8(c.kv_cache_dtype) && c.features.has(Feature::kSinks); }
   static const BackendCaps& caps() {
@@ -45,6 +46,12 @@ struct FakeWideBackend {
       BackendCaps caps;
       caps.name = "WIDE";
       caps.summary = "permissive fake";
+      caps.variants = {VariantCaps{.variant = {"wide-fp16", 0},
+                                   .summary = "16-bit KV",
+                                   .kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16}},
+                       VariantCaps{.variant = {"wide-fp8", 1},
+                                   .summary = "fp8 KV",
+                                   .kv_cache_dtypes = {DType::kFp8E4M3}}};
       caps.platforms = {PlatformKind::kCpu, PlatformKind::kCuda};
       caps.cuda_compute_capability = {80, 90};
       caps.dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
@@ -66,9 +73,6 @@ struct FakeWideBackend {
     }();
     return c;
   }
-  static KernelVariant resolve_variant(const AttentionConfig& c) {
-    return is_fp8(c.kv_cache_dtype) ? KernelVariant{"wide-fp8"} : KernelVariant{"wide-fp16"};
-  }
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
 };
@@ -81,6 +85,7 @@ struct FakeStateBackend {
       BackendCaps caps;
       caps.name = "STATE";
       caps.summary = "state fake";
+      caps.variants = {{{"state-scan", 0}, "the one kernel"}};
       caps.platforms = {PlatformKind::kCpu};
       caps.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
       caps.kv_cache_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
@@ -94,7 +99,25 @@ struct FakeStateBackend {
     }();
     return c;
   }
-  static KernelVariant resolve_variant(const AttentionConfig&) { return {"state-scan"}; }
+  static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
+  static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
+};
+
+// Two kernels with different head sizes: SPLIT declares {64, 96, 128, 256}; "split-small" covers
+// {64, 128} and is preferred, "split-large" covers {128, 256}; no kernel covers 96.
+struct FakeSplitBackend {
+  static const BackendCaps& caps() {
+    static const BackendCaps c = [] {
+      BackendCaps caps = FakeExactBackend::caps();
+      caps.name = "SPLIT";
+      caps.summary = "two kernels, split by head size";
+      caps.head_sizes = {64, 96, 128, 256};
+      caps.variants = {VariantCaps{.variant = {"split-small", 0}, .summary = "small heads", .head_sizes = {64, 128}},
+                       VariantCaps{.variant = {"split-large", 1}, .summary = "large heads", .head_sizes = {128, 256}}};
+      return caps;
+    }();
+    return c;
+  }
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
 };

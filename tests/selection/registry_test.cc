@@ -49,5 +49,53 @@ TEST(BackendRegistry, RejectsPriorityEntriesThatAreNotRegistered) {
   }
 }
 
+// EXACT (head sizes {64, 128}, features {sliding_window}) with its variants rewritten by Edit.
+template <void (*Edit)(std::vector<VariantCaps>&)>
+struct ExactWithVariants {
+  static const BackendCaps& caps() {
+    static const BackendCaps c = [] {
+      BackendCaps caps = FakeExactBackend::caps();
+      Edit(caps.variants);
+      return caps;
+    }();
+    return c;
+  }
+  static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
+  static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
+};
+
+void none(std::vector<VariantCaps>& v) { v.clear(); }
+void two_with_one_id(std::vector<VariantCaps>& v) { v = {{{"first", 0}, "a"}, {{"second", 0}, "b"}}; }
+void two_with_one_name(std::vector<VariantCaps>& v) { v = {{{"same", 0}, "a"}, {{"same", 1}, "b"}}; }
+void head_size_beyond_the_backend(std::vector<VariantCaps>& v) {
+  v = {VariantCaps{.variant = {"big", 0}, .head_sizes = {128, 256}}};
+}
+void feature_beyond_the_backend(std::vector<VariantCaps>& v) {
+  v = {VariantCaps{.variant = {"capped", 0}, .features = FeatureSet{Feature::kSoftCap}}};
+}
+void narrowing_within_the_backend(std::vector<VariantCaps>& v) {
+  v = {VariantCaps{.variant = {"small", 0}, .head_sizes = {64}, .features = FeatureSet{}},
+       VariantCaps{.variant = {"large", 1}, .head_sizes = {128}}};
+}
+
+template <void (*Edit)(std::vector<VariantCaps>&)>
+std::string registry_error_field() {
+  try {
+    BackendRegistry({backend_type_of<ExactWithVariants<Edit>>()}, {});
+  } catch (const Error& e) {
+    return e.field();
+  }
+  return "<no error>";
+}
+
+TEST(BackendRegistry, RejectsKernelVariantsThatCannotBeDispatchedOrWidenTheirBackend) {
+  EXPECT_EQ(registry_error_field<none>(), "kernel variants");
+  EXPECT_EQ(registry_error_field<two_with_one_id>(), "kernel variant");
+  EXPECT_EQ(registry_error_field<two_with_one_name>(), "kernel variant");
+  EXPECT_EQ(registry_error_field<head_size_beyond_the_backend>(), "kernel variant");
+  EXPECT_EQ(registry_error_field<feature_beyond_the_backend>(), "kernel variant");
+  EXPECT_EQ(registry_error_field<narrowing_within_the_backend>(), "<no error>");
+}
+
 }  // namespace
 }  // namespace attnkit

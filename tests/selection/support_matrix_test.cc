@@ -92,12 +92,14 @@ TEST(SupportMatrix, CellsComeFromTheCapabilities) {
   EXPECT_EQ(wide.at("reorder threshold"), "1");
   EXPECT_EQ(wide.at("block-table reuse"), "yes");
   EXPECT_EQ(wide.at("combination rules"), "kv_cache_dtype + sinks: the fp8 kernel has no sink term in its softmax");
+  EXPECT_EQ(wide.at("kernel variants"), "wide-fp16 (KV dtypes {float16, bfloat16}); wide-fp8 (KV dtypes {fp8_e4m3})");
 
   const auto& exact = rows.at("EXACT");
   EXPECT_EQ(exact.at("platforms"), "cpu");
   EXPECT_EQ(exact.at("block sizes"), "{16, 32}");
   EXPECT_EQ(exact.at("sliding_window"), "yes");
   EXPECT_EQ(exact.at("soft_cap"), "no");
+  EXPECT_EQ(exact.at("kernel variants"), "exact-kernel");  // narrows nothing
   EXPECT_EQ(exact.at("needs exact CPU lengths"), "yes");
   EXPECT_EQ(exact.at("CUDA graph support"), "never");
   EXPECT_EQ(exact.at("reorder threshold"), "none");

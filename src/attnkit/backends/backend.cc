@@ -45,6 +45,12 @@ void check_layer_params(const BackendCaps& caps, const LayerParams& p) {
   ATTNKIT_REQUIRE(!p.soft_cap || *p.soft_cap > 0.0f, "soft_cap", std::to_string(p.soft_cap.value_or(0)), "> 0");
 }
 
+HostLayerIO host_layer_io(const TensorView& query, const TensorView& output, const TensorView& lse,
+                          const KVCacheView& kv_cache) {
+  return {host_view(query, "query"), host_view(output, "output"), host_view(lse, "lse"),
+          host_view(kv_cache, "kv_cache")};
+}
+
 const AttentionMetadata& MetadataBuilder::update_block_table(const AttentionMetadata& planned,
                                                              const CommonAttentionMetadata& common) {
   (void)common;

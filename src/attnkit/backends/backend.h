@@ -1,6 +1,7 @@
 // S1: the three pieces every backend provides. A backend is a type with static members
-// (caps, resolve_variant, make_impl, make_builder); the registry stores a BackendType made from
-// it, so selection needs no instance and the two factories come from the same place as the caps.
+// (caps, make_impl, make_builder); the registry stores a BackendType made from it, so selection
+// needs no instance and the two factories come from the same place as the caps. Its kernel
+// variants are data in caps(); the selector resolves one (S6) and make_impl builds exactly it.
 #pragma once
 
 #include <cstdint>
@@ -50,12 +51,8 @@ struct LayerParams {
 // parameters (sinks / ALiBi sizes, positive window and soft-cap). Throws attnkit::Error.
 void check_layer_params(const BackendCaps& caps, const LayerParams& params);
 
-// Which kernel of a backend runs. Resolved by the backend from the config at selection time and
-// logged; the impl runs exactly this one (S6).
-struct KernelVariant {
-  std::string_view name;
-  bool operator==(const KernelVariant&) const = default;
-};
+// KernelVariant (the handle an impl dispatches on) and VariantCaps live in capabilities.h, beside
+// the declaration that lists a backend's variants.
 
 // Builders decide per step whether cascade pays (B4); tests and tools may force it.
 enum class CascadePolicy : std::uint8_t { kHeuristic, kNever, kAlways };
@@ -119,10 +116,20 @@ class AttentionImpl {
                        const TensorView& lse, Stream stream) = 0;
 };
 
+// The host views a CPU-platform impl reads and writes: host_view refuses device memory, so a CPU
+// kernel can never be handed GPU tensors by mistake. O(1) checks.
+struct HostLayerIO {
+  HostTensorView query, output, lse;
+  HostKVCacheView kv_cache;
+};
+HostLayerIO host_layer_io(const TensorView& query, const TensorView& output, const TensorView& lse,
+                          const KVCacheView& kv_cache);
+
 struct BackendType {
   const BackendCaps& (*caps)();
-  // Called only for configs that validate.
-  KernelVariant (*resolve_variant)(const AttentionConfig&);
+  // Builds the impl of one of caps().variants, the one a Selection names. Throws attnkit::Error
+  // for any other variant (field "kernel variant", allowed: the declared names) and for
+  // parameters outside caps().
   std::unique_ptr<AttentionImpl> (*make_impl)(const LayerParams&, KernelVariant);
   std::unique_ptr<MetadataBuilder> (*make_builder)(const BuilderContext&);
 
@@ -131,7 +138,7 @@ struct BackendType {
 
 template <class Backend>
 BackendType backend_type_of() {
-  return BackendType{&Backend::caps, &Backend::resolve_variant, &Backend::make_impl, &Backend::make_builder};
+  return BackendType{&Backend::caps, &Backend::make_impl, &Backend::make_builder};
 }
 
 // Impls call this before downcasting metadata: the metadata must come from their own backend.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "attnkit/core/error.h"
+
 namespace attnkit {
 
 bool BlockSizeSet::contains(int block_size) const {
@@ -50,6 +52,33 @@ std::string_view to_string(CudaGraphSupport support) {
     case CudaGraphSupport::kAlways: return "always";
   }
   return "?";
+}
+
+std::string variant_names(const BackendCaps& caps) {
+  std::string out;
+  for (const VariantCaps& v : caps.variants) {
+    if (!out.empty()) out += ", ";
+    out += v.variant.name;
+  }
+  return out.empty() ? "none" : out;
+}
+
+const VariantCaps* find_variant(const BackendCaps& caps, KernelVariant variant) {
+  for (const VariantCaps& v : caps.variants) {
+    if (v.variant == variant) return &v;
+  }
+  return nullptr;
+}
+
+const VariantCaps& require_declared_variant(const BackendCaps& caps, KernelVariant variant) {
+  const VariantCaps* declared = find_variant(caps, variant);
+  if (declared == nullptr) {
+    throw Error("kernel variant", std::string(variant.name) + " (id " + std::to_string(variant.id) + ")",
+                variant_names(caps),
+                std::string(caps.name) +
+                    " runs only the kernel variants it declares; take the variant from the selection");
+  }
+  return *declared;
 }
 
 }  // namespace attnkit

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <climits>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,9 +44,36 @@ struct CombinationRule {
   std::string_view explanation;
 };
 
+// Which kernel of a backend runs: the handle its impl dispatches on. The selector resolves it from
+// the backend's declared variants (S6) and logs its name; `id` is what the backend's impl switches
+// on, numbered by the backend.
+struct KernelVariant {
+  std::string_view name;
+  int id = 0;
+  bool operator==(const KernelVariant&) const = default;
+};
+
+// One kernel of a backend and what it covers. A variant may narrow its backend's sets: each one
+// left empty (nullopt) is the backend's own, a declared one must be a subset of the backend's
+// (the registry checks), so the backend's sets stay the union that validate() reports first.
+// Every member has a default so that a declaration names only what it narrows.
+struct VariantCaps {
+  KernelVariant variant = {};
+  std::string_view summary = {};
+  std::vector<DType> dtypes = {};
+  std::vector<DType> kv_cache_dtypes = {};
+  std::vector<int> head_sizes = {};
+  // Optional rather than empty-means-inherit: "no optional feature" is a set a kernel may have.
+  std::optional<FeatureSet> features = std::nullopt;
+  std::optional<ComputeCapabilityRange> cuda_compute_capability = std::nullopt;
+};
+
 struct BackendCaps {
   std::string_view name;
   std::string_view summary;
+  // Its kernels in order of preference: the selector runs the first that covers a configuration
+  // (resolve_variant in selection/validate.h) and make_impl builds only these.
+  std::vector<VariantCaps> variants;
 
   // hardware
   std::vector<PlatformKind> platforms;
@@ -72,5 +100,13 @@ struct BackendCaps {
   std::optional<int> reorder_batch_threshold;
   bool supports_update_block_table = false;
 };
+
+// "cpu-exact-f64" or "small-heads, large-heads": the declared names in order of preference.
+std::string variant_names(const BackendCaps& caps);
+// The declaration of `variant` among caps.variants; nullptr when the backend declares no such one.
+const VariantCaps* find_variant(const BackendCaps& caps, KernelVariant variant);
+// make_impl's check: throws Error("kernel variant", its name, the declared names) for a variant
+// the backend does not declare, so an impl never runs a kernel the selector could not have chosen.
+const VariantCaps& require_declared_variant(const BackendCaps& caps, KernelVariant variant);
 
 }  // namespace attnkit

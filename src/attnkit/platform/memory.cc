@@ -18,15 +18,11 @@ constexpr std::size_t kAlignment = 256;
 
 std::size_t padded(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment + kAlignment; }
 
-class HostMemory final : public MemoryResource {
+// Host memory of either kind: the host copies it directly (an "asynchronous" copy into it is a
+// plain copy, done when it returns).
+class HostCopies : public MemoryResource {
  public:
   MemorySpace space() const override { return MemorySpace::kHost; }
-  void* allocate(std::size_t bytes) override {
-    void* p = std::aligned_alloc(kAlignment, padded(bytes));
-    ATTNKIT_REQUIRE(p != nullptr, "host allocation", std::to_string(bytes) + " bytes", "available host memory");
-    return p;
-  }
-  void deallocate(void* ptr) override { std::free(ptr); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes && dst != src) std::memcpy(dst, src, bytes);
   }
@@ -36,6 +32,16 @@ class HostMemory final : public MemoryResource {
   void copy_from_host_async(void* dst, const void* src, std::size_t bytes, Stream) override {
     if (bytes && dst != src) std::memcpy(dst, src, bytes);
   }
+};
+
+class HostMemory final : public HostCopies {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = std::aligned_alloc(kAlignment, padded(bytes));
+    ATTNKIT_REQUIRE(p != nullptr, "host allocation", std::to_string(bytes) + " bytes", "available host memory");
+    return p;
+  }
+  void deallocate(void* ptr) override { std::free(ptr); }
 };
 
 #if ATTNKIT_HAVE_CUDA
@@ -67,9 +73,8 @@ class CudaDeviceMemory final : public MemoryResource {
   }
 };
 
-class CudaPinnedMemory final : public MemoryResource {
+class CudaPinnedMemory final : public HostCopies {
  public:
-  MemorySpace space() const override { return MemorySpace::kHost; }
   bool pinned() const override { return true; }
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
@@ -77,15 +82,6 @@ class CudaPinnedMemory final : public MemoryResource {
     return p;
   }
   void deallocate(void* ptr) override { (void)cudaFreeHost(ptr); }
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes && dst != src) std::memcpy(dst, src, bytes);
-  }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes && dst != src) std::memcpy(dst, src, bytes);
-  }
-  void copy_from_host_async(void* dst, const void* src, std::size_t bytes, Stream) override {
-    if (bytes && dst != src) std::memcpy(dst, src, bytes);
-  }
 };
 #endif
 

@@ -1,5 +1,7 @@
 #include "attnkit/selection/registry.h"
 
+#include <algorithm>
+
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
 #include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
 #include "attnkit/backends/recurrent/recurrent_backend.h"
@@ -8,6 +10,47 @@
 #include "attnkit/core/error.h"
 
 namespace attnkit {
+
+namespace {
+
+template <class T>
+bool subset_of(const std::vector<T>& narrowed, const std::vector<T>& declared) {
+  return std::all_of(narrowed.begin(), narrowed.end(), [&](const T& value) {
+    return std::find(declared.begin(), declared.end(), value) != declared.end();
+  });
+}
+
+bool narrows_only(const VariantCaps& v, const BackendCaps& caps) {
+  const bool features_within = !v.features || (v.features->bits() & ~caps.features.bits()) == 0;
+  const bool capability_within = !v.cuda_compute_capability ||
+                                 (v.cuda_compute_capability->min >= caps.cuda_compute_capability.min &&
+                                  v.cuda_compute_capability->max <= caps.cuda_compute_capability.max);
+  return subset_of(v.dtypes, caps.dtypes) && subset_of(v.kv_cache_dtypes, caps.kv_cache_dtypes) &&
+         subset_of(v.head_sizes, caps.head_sizes) && features_within && capability_within;
+}
+
+// Variants are dispatch handles, so their names and ids are unique within the backend; and they
+// only narrow its sets, so validate() checks the backend's sets once for all of them.
+void check_variants(const BackendCaps& caps) {
+  const std::string backend(caps.name);
+  ATTNKIT_REQUIRE(!caps.variants.empty(), "kernel variants", "none", "at least one",
+                  backend + " declares no kernel variant, so nothing could run it");
+  for (std::size_t i = 0; i < caps.variants.size(); ++i) {
+    const KernelVariant v = caps.variants[i].variant;
+    const std::string described = std::string(v.name) + " (id " + std::to_string(v.id) + ")";
+    ATTNKIT_REQUIRE(!v.name.empty(), "kernel variant name", "\"\"", "a non-empty name", backend);
+    for (std::size_t j = 0; j < i; ++j) {
+      const KernelVariant earlier = caps.variants[j].variant;
+      ATTNKIT_REQUIRE(earlier.name != v.name && earlier.id != v.id, "kernel variant", described,
+                      "unique names and ids", backend + " declares two variants with this name or id");
+    }
+    ATTNKIT_REQUIRE(narrows_only(caps.variants[i], caps), "kernel variant", described, "sets within " + backend + "'s",
+                    "a variant may only narrow its backend's dtypes, KV dtypes, head sizes, features and compute "
+                    "capabilities");
+  }
+}
+
+}  // namespace
 
 BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<PriorityList> priorities)
     : backends_(std::move(backends)) {
@@ -18,6 +61,7 @@ BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<
       ATTNKIT_REQUIRE(backends_[j].name() != name, "backend name", std::string(name), "unique names",
               "two registered backends share this name");
     }
+    check_variants(backends_[i].caps());
   }
   for (const PriorityList& list : priorities) {
     std::vector<std::size_t> order;

@@ -20,8 +20,9 @@ class BackendRegistry {
     std::vector<std::string_view> backends;
   };
 
-  // Throws Error on an empty or duplicate backend name, or a priority entry naming an
-  // unregistered backend: a registry is checked once, when it is made.
+  // Throws Error on an empty or duplicate backend name, a backend without kernel variants, two
+  // variants of a backend with one name or id, a variant set outside its backend's, or a priority
+  // entry naming an unregistered backend: a registry is checked once, when it is made.
   BackendRegistry(std::vector<BackendType> backends, std::vector<PriorityList> priorities);
 
   // All backends, in registration order.

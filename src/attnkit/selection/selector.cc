@@ -21,6 +21,11 @@ std::string accepting_backends(const BackendRegistry& registry, const AttentionC
   return out.empty() ? "none" : out;
 }
 
+// validate() holds the variant reasons, so a backend it accepts has a variant for the config.
+KernelVariant resolved_variant(const BackendType& type, const AttentionConfig& config) {
+  return resolve_variant(type.caps(), config).variant->variant;
+}
+
 }  // namespace
 
 // --- Selection -----------------------------------------------------------------------------------
@@ -93,7 +98,7 @@ Selection Selector::select_explicit(const AttentionConfig& config, std::string_v
     append_reasons(message, report);
     throw SelectionError(std::move(message), std::string(name), std::move(accepting), {std::move(report)});
   }
-  return Selection{type, type->resolve_variant(config), true, {std::move(report)}};
+  return Selection{type, resolved_variant(*type, config), true, {std::move(report)}};
 }
 
 Selection Selector::select_auto(const AttentionConfig& config) const {
@@ -102,7 +107,7 @@ Selection Selector::select_auto(const AttentionConfig& config) const {
   for (const BackendType* type : order) {
     candidates.push_back(CandidateReport{type->name(), validate(type->caps(), config)});
     if (candidates.back().valid()) {
-      return Selection{type, type->resolve_variant(config), false, std::move(candidates)};
+      return Selection{type, resolved_variant(*type, config), false, std::move(candidates)};
     }
   }
   std::string message = "no attention backend on " + std::string(to_string(config.platform.kind)) + " accepts " +

@@ -28,6 +28,7 @@ struct CandidateReport {
 
 struct Selection {
   const BackendType* backend = nullptr;
+  // resolve_variant()'s choice among the backend's declared variants: what make_impl builds.
   KernelVariant variant;
   bool explicit_choice = false;
   // Explicit: the named backend only. Auto: every backend tried, in priority order, up to and

@@ -33,13 +33,33 @@ std::string combination_rules(const BackendCaps& caps) {
   return out;
 }
 
+// "small-heads (head sizes {64, 128}); large-heads (head sizes {256})": each variant in order of
+// preference with the sets it narrows (a variant that narrows nothing covers the whole row).
+std::string kernel_variants(const BackendCaps& caps) {
+  if (caps.variants.empty()) return "none";
+  std::string out;
+  for (const VariantCaps& v : caps.variants) {
+    std::vector<std::string> narrowed;
+    if (!v.dtypes.empty()) narrowed.push_back("dtypes " + supported::dtypes(v.dtypes));
+    if (!v.kv_cache_dtypes.empty()) narrowed.push_back("KV dtypes " + supported::dtypes(v.kv_cache_dtypes));
+    if (!v.head_sizes.empty()) narrowed.push_back("head sizes " + supported::head_sizes(v.head_sizes));
+    if (v.features) narrowed.push_back("features " + supported::features(*v.features));
+    if (v.cuda_compute_capability) narrowed.push_back("compute capability " + v.cuda_compute_capability->describe());
+    if (!out.empty()) out += "; ";
+    out += v.variant.name;
+    for (std::size_t i = 0; i < narrowed.size(); ++i) out += (i ? ", " : " (") + narrowed[i];
+    if (!narrowed.empty()) out += ")";
+  }
+  return out;
+}
+
 std::vector<std::string> header() {
   std::vector<std::string> columns{"backend",     "platforms",       "dtypes",      "KV dtypes",
                                    "head sizes",  "block sizes",     "KV layouts",  "attention types",
                                    "layer kinds"};
   for (Feature f : kAllFeatures) columns.emplace_back(to_string(f));
   for (const char* c : {"needs exact CPU lengths", "fused KV update", "CUDA graph support", "reorder threshold",
-                        "block-table reuse", "combination rules"}) {
+                        "block-table reuse", "combination rules", "kernel variants"}) {
     columns.emplace_back(c);
   }
   return columns;
@@ -62,6 +82,7 @@ std::vector<std::string> row(const BackendCaps& caps) {
   cells.push_back(caps.reorder_batch_threshold ? std::to_string(*caps.reorder_batch_threshold) : "none");
   cells.push_back(yes_no(caps.supports_update_block_table));
   cells.push_back(combination_rules(caps));
+  cells.push_back(kernel_variants(caps));
   return cells;
 }
 

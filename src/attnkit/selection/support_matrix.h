@@ -8,7 +8,8 @@
 
 namespace attnkit {
 
-// One Markdown table, a row per registered backend (registration order), deterministic.
+// One Markdown table, a row per registered backend (registration order), deterministic; its last
+// column lists the backend's kernel variants in order of preference with the sets each narrows.
 std::string support_matrix_markdown(const BackendRegistry& registry);
 
 }  // namespace attnkit

@@ -1,6 +1,7 @@
 #include "attnkit/selection/validate.h"
 
 #include <algorithm>
+#include <span>
 
 namespace attnkit {
 
@@ -43,15 +44,50 @@ void check_shape(const AttentionConfig& c, std::vector<Reason>& out) {
   }
 }
 
+// --- the checks of the sets a kernel variant may narrow: backends and variants run these same ones
+
+void check_compute_capability(const ComputeCapabilityRange& range, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (c.platform.kind == PlatformKind::kCuda && !range.contains(c.platform.compute_capability)) {
+    out.push_back(Reason{ReasonKind::kHardware, "compute_capability",
+                         "sm_" + std::to_string(c.platform.compute_capability), range.describe(), {}});
+  }
+}
+
+void check_dtype(const std::vector<DType>& dtypes, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!contains(dtypes, c.dtype)) {
+    out.push_back(feature_reason("dtype", text_of(to_string(c.dtype)), supported::dtypes(dtypes)));
+  }
+}
+
+void check_kv_cache_dtype(const std::vector<DType>& kv_cache_dtypes, const AttentionConfig& c,
+                          std::vector<Reason>& out) {
+  if (!contains(kv_cache_dtypes, c.kv_cache_dtype)) {
+    out.push_back(
+        feature_reason("kv_cache_dtype", text_of(to_string(c.kv_cache_dtype)), supported::dtypes(kv_cache_dtypes)));
+  }
+}
+
+void check_head_size(const std::vector<int>& head_sizes, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!contains(head_sizes, c.head_size)) {
+    out.push_back(feature_reason("head_size", std::to_string(c.head_size), supported::head_sizes(head_sizes)));
+  }
+}
+
+void check_features(FeatureSet offered, const AttentionConfig& c, std::vector<Reason>& out) {
+  for (Feature f : kAllFeatures) {
+    if (c.features.has(f) && !offered.has(f)) {
+      out.push_back(feature_reason("features", text_of(to_string(f)), supported::features(offered)));
+    }
+  }
+}
+
+// --- the backend
+
 void check_hardware(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
   if (!contains(caps.platforms, c.platform.kind)) {
     out.push_back(Reason{ReasonKind::kHardware, "platform", c.platform.describe(), supported::platforms(caps), {}});
   }
-  if (c.platform.kind == PlatformKind::kCuda && !caps.cuda_compute_capability.contains(c.platform.compute_capability)) {
-    out.push_back(Reason{ReasonKind::kHardware, "compute_capability",
-                         "sm_" + std::to_string(c.platform.compute_capability),
-                         caps.cuda_compute_capability.describe(), {}});
-  }
+  check_compute_capability(caps.cuda_compute_capability, c, out);
 }
 
 bool divisible_by_a_kernel_page(const BlockSizeSet& pages, int block_size) {
@@ -63,16 +99,9 @@ bool divisible_by_a_kernel_page(const BlockSizeSet& pages, int block_size) {
 }
 
 void check_parameters(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
-  if (!contains(caps.dtypes, c.dtype)) {
-    out.push_back(feature_reason("dtype", text_of(to_string(c.dtype)), supported::dtypes(caps.dtypes)));
-  }
-  if (!contains(caps.kv_cache_dtypes, c.kv_cache_dtype)) {
-    out.push_back(feature_reason("kv_cache_dtype", text_of(to_string(c.kv_cache_dtype)),
-                                 supported::dtypes(caps.kv_cache_dtypes)));
-  }
-  if (!contains(caps.head_sizes, c.head_size)) {
-    out.push_back(feature_reason("head_size", std::to_string(c.head_size), supported::head_sizes(caps)));
-  }
+  check_dtype(caps.dtypes, c, out);
+  check_kv_cache_dtype(caps.kv_cache_dtypes, c, out);
+  check_head_size(caps.head_sizes, c, out);
   // K5: block_size is the run's KV-cache (manager) block size; a backend can serve it when one
   // of its kernel page sizes divides it (one manager block then maps to k kernel pages).
   if (!divisible_by_a_kernel_page(caps.block_sizes, c.block_size)) {
@@ -88,12 +117,7 @@ void check_parameters(const BackendCaps& caps, const AttentionConfig& c, std::ve
     out.push_back(
         feature_reason("kv_spec_kind", text_of(to_string(c.kv_spec_kind)), supported::kv_spec_kinds(caps)));
   }
-  for (Feature f : kAllFeatures) {
-    if (c.features.has(f) && !caps.features.has(f)) {
-      const std::string offered = caps.features.bits() == 0 ? "none" : "{" + caps.features.describe() + "}";
-      out.push_back(feature_reason("features", text_of(to_string(f)), offered));
-    }
-  }
+  check_features(caps.features, c, out);
   if (c.optimistic_cpu_lengths && caps.needs_exact_cpu_lengths) {
     out.push_back(feature_reason("optimistic_cpu_lengths", "true", "false",
                                  "this backend's builder needs exact CPU sequence lengths (G6/V9); optimistic "
@@ -124,6 +148,30 @@ void check_combinations(const BackendCaps& caps, const AttentionConfig& c, std::
   }
 }
 
+// --- the kernel variants
+
+// Only the sets `variant` narrows, by the backend's own checks; each reason names the variant.
+std::vector<Reason> variant_reasons(const VariantCaps& variant, const AttentionConfig& c) {
+  std::vector<Reason> out;
+  if (variant.cuda_compute_capability) check_compute_capability(*variant.cuda_compute_capability, c, out);
+  if (!variant.dtypes.empty()) check_dtype(variant.dtypes, c, out);
+  if (!variant.kv_cache_dtypes.empty()) check_kv_cache_dtype(variant.kv_cache_dtypes, c, out);
+  if (!variant.head_sizes.empty()) check_head_size(variant.head_sizes, c, out);
+  if (variant.features) check_features(*variant.features, c, out);
+  for (Reason& r : out) {
+    r.kind = ReasonKind::kVariant;
+    r.supported += " by kernel variant " + std::string(variant.variant.name);
+  }
+  return out;
+}
+
+// A value outside the backend's own set is outside every variant's too: it is said once, by the backend.
+bool stated_by_backend(std::span<const Reason> backend_reasons, const Reason& variant_reason) {
+  return std::any_of(backend_reasons.begin(), backend_reasons.end(), [&](const Reason& r) {
+    return r.parameter == variant_reason.parameter && r.value == variant_reason.value;
+  });
+}
+
 }  // namespace
 
 std::string_view to_string(ReasonKind kind) {
@@ -131,6 +179,7 @@ std::string_view to_string(ReasonKind kind) {
     case ReasonKind::kHardware: return "hardware";
     case ReasonKind::kFeature: return "feature";
     case ReasonKind::kCombination: return "combination";
+    case ReasonKind::kVariant: return "variant";
   }
   return "?";
 }
@@ -153,7 +202,26 @@ std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& con
   check_shape(config, reasons);
   check_parameters(caps, config, reasons);
   check_combinations(caps, config, reasons);
+  const std::size_t backend_reasons = reasons.size();
+  for (Reason& r : resolve_variant(caps, config).reasons) {
+    if (!stated_by_backend(std::span(reasons).first(backend_reasons), r)) reasons.push_back(std::move(r));
+  }
   return reasons;
+}
+
+VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig& config) {
+  VariantResolution resolution;
+  if (caps.variants.empty()) {
+    resolution.reasons.push_back(Reason{ReasonKind::kVariant, "kernel variant", "none", "at least one declared",
+                                        std::string(caps.name) + " declares no kernel variant, so nothing runs it"});
+    return resolution;
+  }
+  for (const VariantCaps& variant : caps.variants) {
+    std::vector<Reason> reasons = variant_reasons(variant, config);
+    if (reasons.empty()) return VariantResolution{&variant, {}};
+    for (Reason& r : reasons) resolution.reasons.push_back(std::move(r));
+  }
+  return resolution;
 }
 
 std::string parameter_value(const AttentionConfig& c, std::string_view parameter) {
@@ -191,9 +259,13 @@ std::string dtypes(const std::vector<DType>& values) {
   return braced(values, [](DType d) { return text_of(to_string(d)); });
 }
 
-std::string head_sizes(const BackendCaps& caps) {
-  return braced(caps.head_sizes, [](int s) { return std::to_string(s); });
+std::string head_sizes(const BackendCaps& caps) { return head_sizes(caps.head_sizes); }
+
+std::string head_sizes(const std::vector<int>& values) {
+  return braced(values, [](int s) { return std::to_string(s); });
 }
+
+std::string features(FeatureSet values) { return values.bits() == 0 ? "none" : "{" + values.describe() + "}"; }
 
 std::string kv_layouts(const BackendCaps& caps) {
   return braced(caps.kv_layouts, [](KVLayout l) { return text_of(to_string(l)); });

@@ -1,5 +1,6 @@
-// S2: why a backend cannot run a configuration, as a list of every reason (never just "false").
-// The supported-set texts are public so the support matrix prints exactly what validate() reports.
+// S2: why a backend cannot run a configuration, as a list of every reason (never just "false"),
+// and (S6) which of its kernel variants runs it. The supported-set texts are public so the support
+// matrix prints exactly what validate() reports.
 #pragma once
 
 #include <string>
@@ -15,14 +16,15 @@ enum class ReasonKind : std::uint8_t {
   kHardware,     // platform or compute capability
   kFeature,      // one parameter or feature on its own
   kCombination,  // parameters that each pass alone but fail together (a CombinationRule)
+  kVariant,      // the backend accepts the value, but a kernel variant does not cover it
 };
-std::string_view to_string(ReasonKind kind);  // "hardware", "feature", "combination"
+std::string_view to_string(ReasonKind kind);  // "hardware", "feature", "combination", "variant"
 
 struct Reason {
   ReasonKind kind = ReasonKind::kFeature;
   std::string parameter;  // "head_size", "features", "kv_cache_dtype + sinks"
   std::string value;      // the configuration's value: "72"
-  std::string supported;  // what the backend accepts: "{64, 128}"
+  std::string supported;  // what the backend accepts: "{64, 128}"; a variant's: "{64} by kernel variant small"
   std::string explanation;
 
   // "head_size = 72, supported {64, 128}", or for a combination "kv_cache_dtype + sinks not
@@ -32,8 +34,21 @@ struct Reason {
 };
 
 // Every reason `caps` rejects `config`, hardware first, then single parameters in declaration
-// order, then violated combination rules. Empty means the backend can run the configuration.
+// order, then violated combination rules, then the reasons no kernel variant covers it (those the
+// backend's own sets already give are not repeated per variant). Empty means the backend can run
+// the configuration, and then resolve_variant() names the variant that does.
 std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& config);
+
+// S6: the one place a kernel variant is chosen, from the declaration alone.
+struct VariantResolution {
+  const VariantCaps* variant = nullptr;  // the first of caps.variants that covers the config
+  std::vector<Reason> reasons;           // when none does: each variant's reasons, in declaration order
+};
+
+// Reads only what the variants narrow (a set a variant leaves empty is the backend's, which
+// validate() checks). validate() includes these reasons, so a configuration it accepts always
+// resolves; a backend that declares no variant resolves nothing.
+VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig& config);
 
 // The configuration's value of a parameter by its validate() name ("kv_cache_dtype", "block_size",
 // a feature name such as "sinks" -> "on"/"off"); empty when the name is unknown.
@@ -44,6 +59,8 @@ namespace supported {
 std::string platforms(const BackendCaps& caps);  // "cpu, cuda (sm_80..sm_90)"
 std::string dtypes(const std::vector<DType>& dtypes);
 std::string head_sizes(const BackendCaps& caps);
+std::string head_sizes(const std::vector<int>& head_sizes);
+std::string features(FeatureSet features);  // "{sliding_window, soft_cap}" or "none"
 std::string kv_layouts(const BackendCaps& caps);
 std::string attention_types(const BackendCaps& caps);
 std::string kv_spec_kinds(const BackendCaps& caps);

@@ -17,6 +17,7 @@ const BackendCaps& CsrPlanBackend::caps() {
     BackendCaps c;
     c.name = "CSR_PLAN";
     c.summary = "decode-first split, CSR page table, plan once per step, run per layer";
+    c.variants = {{kCsrPlanCpuVariant, "float32 run per sub-batch plan (decode, prefill) over the CSR page table"}};
     c.platforms = {PlatformKind::kCpu};
     c.dtypes = {DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2};
@@ -38,12 +39,8 @@ const BackendCaps& CsrPlanBackend::caps() {
   return caps;
 }
 
-KernelVariant CsrPlanBackend::resolve_variant(const AttentionConfig& config) {
-  (void)config;  // one CPU variant for now
-  return kCsrPlanCpuVariant;
-}
-
 std::unique_ptr<AttentionImpl> CsrPlanBackend::make_impl(const LayerParams& params, KernelVariant variant) {
+  require_declared_variant(caps(), variant);
   return std::make_unique<CsrPlanImpl>(params, variant);
 }
 

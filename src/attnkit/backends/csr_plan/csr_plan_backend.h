@@ -10,14 +10,14 @@
 namespace attnkit {
 
 struct CsrPlanBackend {
+  // Its kernel variants are declared in caps().variants.
   static const BackendCaps& caps();
-  // The one place a kernel variant is picked (S6).
-  static KernelVariant resolve_variant(const AttentionConfig& config);
+  // Throws attnkit::Error for parameters outside caps() or a variant caps() does not declare.
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams& params, KernelVariant variant);
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext& ctx);
 };
 
-inline constexpr KernelVariant kCsrPlanCpuVariant{"cpu-plan-run"};
+inline constexpr KernelVariant kCsrPlanCpuVariant{"cpu-plan-run", 0};
 // Requests with query length <= this are decodes (G8: the runner puts them first).
 inline constexpr int kCsrPlanDecodeThreshold = 1;
 

@@ -15,8 +15,6 @@ std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 
 CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  ATTNKIT_REQUIRE(variant == kCsrPlanCpuVariant, "kernel variant", std::string(variant.name),
-                  std::string(kCsrPlanCpuVariant.name), "CSR_PLAN runs only the variants it resolves");
   ATTNKIT_REQUIRE(params_.attn_type == AttentionType::kDecoder, "attn_type", std::string(to_string(params_.attn_type)),
                   "decoder", "CSR_PLAN plans causal decoder attention only");
   ATTNKIT_REQUIRE(params_.alibi_slopes.empty(), "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0",
@@ -30,11 +28,8 @@ CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
 void CsrPlanImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
                           const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
                           const TensorView& lse_view, Stream stream) {
-  // CPU platform: every tensor is host memory (host_view refuses device memory).
-  const HostTensorView query = host_view(query_view, "query");
-  const HostTensorView output = host_view(output_view, "output");
-  const HostTensorView lse = host_view(lse_view, "lse");
-  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  // CPU platform: every tensor is host memory.
+  const auto [query, output, lse, kv_cache] = host_layer_io(query_view, output_view, lse_view, kv_cache_view);
   (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;

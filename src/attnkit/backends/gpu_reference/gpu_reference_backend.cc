@@ -2,7 +2,6 @@
 
 #include "attnkit/backends/gpu_reference/gpu_reference_builder.h"
 #include "attnkit/backends/gpu_reference/gpu_reference_impl.h"
-#include "attnkit/core/error.h"
 
 namespace attnkit {
 
@@ -11,6 +10,7 @@ const BackendCaps& GpuReferenceBackend::caps() {
     BackendCaps c;
     c.name = "GPU_REFERENCE";
     c.summary = "exact CUDA reference (float32 accumulation), the device oracle";
+    c.variants = {{kVariant, "float32 accumulation, two passes over the keys, no tensor cores"}};
     c.platforms = {PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};
@@ -35,14 +35,8 @@ const BackendCaps& GpuReferenceBackend::caps() {
   return caps;
 }
 
-KernelVariant GpuReferenceBackend::resolve_variant(const AttentionConfig& config) {
-  (void)config;  // one exact kernel serves every configuration that validates
-  return kVariant;
-}
-
 std::unique_ptr<AttentionImpl> GpuReferenceBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  ATTNKIT_REQUIRE(variant == kVariant, "kernel variant", std::string(variant.name), std::string(kVariant.name),
-                  "the GPU_REFERENCE backend has exactly one kernel");
+  require_declared_variant(caps(), variant);
   return std::make_unique<GpuReferenceImpl>(params);
 }
 

@@ -10,6 +10,7 @@ const BackendCaps& RecurrentStateBackend::caps() {
     BackendCaps c;
     c.name = "RECURRENT_STATE";
     c.summary = "per-request recurrent state (hybrid models)";
+    c.variants = {{kRecurrentCpuVariant, "elementwise decay scan over each request's tokens, state in float32"}};
     c.platforms = {PlatformKind::kCpu};
     c.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat32};
@@ -29,12 +30,8 @@ const BackendCaps& RecurrentStateBackend::caps() {
   return caps;
 }
 
-KernelVariant RecurrentStateBackend::resolve_variant(const AttentionConfig& config) {
-  (void)config;
-  return kRecurrentCpuVariant;
-}
-
 std::unique_ptr<AttentionImpl> RecurrentStateBackend::make_impl(const LayerParams& params, KernelVariant variant) {
+  require_declared_variant(caps(), variant);
   return std::make_unique<RecurrentStateImpl>(params, variant);
 }
 

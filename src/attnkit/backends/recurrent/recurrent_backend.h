@@ -20,12 +20,13 @@
 namespace attnkit {
 
 struct RecurrentStateBackend {
+  // Its kernel variants are declared in caps().variants.
   static const BackendCaps& caps();
-  static KernelVariant resolve_variant(const AttentionConfig& config);
+  // Throws attnkit::Error for parameters outside caps() or a variant caps() does not declare.
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams& params, KernelVariant variant);
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext& ctx);
 };
 
-inline constexpr KernelVariant kRecurrentCpuVariant{"cpu-decay-scan"};
+inline constexpr KernelVariant kRecurrentCpuVariant{"cpu-decay-scan", 0};
 
 }  // namespace attnkit

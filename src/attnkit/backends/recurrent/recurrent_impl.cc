@@ -23,8 +23,6 @@ void check_rows(const char* name, const TensorView& t, DType dtype, std::int64_t
 
 RecurrentStateImpl::RecurrentStateImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant) {
-  ATTNKIT_REQUIRE(variant == kRecurrentCpuVariant, "kernel variant", std::string(variant.name),
-                  std::string(kRecurrentCpuVariant.name));
   ATTNKIT_REQUIRE(params_.num_q_heads == params_.num_kv_heads && params_.num_kv_heads > 0, "num_q_heads",
                   std::to_string(params_.num_q_heads), "== num_kv_heads (" + std::to_string(params_.num_kv_heads) + ")",
                   "the input x has one row per state head");
@@ -40,11 +38,8 @@ RecurrentStateImpl::RecurrentStateImpl(const LayerParams& params, KernelVariant 
 void RecurrentStateImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
                                  const KVCacheView& state_view, const AttentionMetadata& metadata, const TensorView& output_view,
                                  const TensorView& lse_view, Stream stream) {
-  // CPU platform: every tensor is host memory (host_view refuses device memory).
-  const HostTensorView query = host_view(query_view, "query");
-  const HostTensorView output = host_view(output_view, "output");
-  const HostTensorView lse = host_view(lse_view, "lse");
-  const HostKVCacheView state = host_view(state_view, "kv_cache");
+  // CPU platform: every tensor is host memory.
+  const auto [query, output, lse, state] = host_layer_io(query_view, output_view, lse_view, state_view);
   (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;

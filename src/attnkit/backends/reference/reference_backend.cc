@@ -2,7 +2,6 @@
 
 #include "attnkit/backends/reference/reference_builder.h"
 #include "attnkit/backends/reference/reference_impl.h"
-#include "attnkit/core/error.h"
 
 namespace attnkit {
 
@@ -11,6 +10,7 @@ const BackendCaps& ReferenceBackend::caps() {
     BackendCaps c;
     c.name = "REFERENCE";
     c.summary = "exact CPU reference (float64 accumulation)";
+    c.variants = {{kVariant, "float64 accumulation, two passes over the keys"}};
     c.platforms = {PlatformKind::kCpu};
     c.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2};
@@ -32,14 +32,8 @@ const BackendCaps& ReferenceBackend::caps() {
   return caps;
 }
 
-KernelVariant ReferenceBackend::resolve_variant(const AttentionConfig& config) {
-  (void)config;  // one exact kernel serves every configuration that validates
-  return kVariant;
-}
-
 std::unique_ptr<AttentionImpl> ReferenceBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  ATTNKIT_REQUIRE(variant == kVariant, "kernel variant", std::string(variant.name), std::string(kVariant.name),
-          "the REFERENCE backend has exactly one kernel");
+  require_declared_variant(caps(), variant);
   return std::make_unique<ReferenceImpl>(params);
 }
 

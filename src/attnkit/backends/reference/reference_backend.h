@@ -9,12 +9,11 @@
 namespace attnkit {
 
 struct ReferenceBackend {
-  // The one kernel this backend has.
-  static constexpr KernelVariant kVariant{"cpu-exact-f64"};
+  // The one kernel this backend has (declared in caps().variants).
+  static constexpr KernelVariant kVariant{"cpu-exact-f64", 0};
 
   static const BackendCaps& caps();
-  static KernelVariant resolve_variant(const AttentionConfig& config);
-  // Throws attnkit::Error for parameters outside caps() or a variant other than kVariant.
+  // Throws attnkit::Error for parameters outside caps() or a variant caps() does not declare.
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams& params, KernelVariant variant);
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext& context);
 };

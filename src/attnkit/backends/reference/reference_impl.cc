@@ -180,11 +180,8 @@ KernelVariant ReferenceImpl::variant() const { return ReferenceBackend::kVariant
 void ReferenceImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
                             const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
                             const TensorView& lse_view, Stream stream) {
-  // CPU platform: every tensor is host memory (host_view refuses device memory).
-  const HostTensorView query = host_view(query_view, "query");
-  const HostTensorView output = host_view(output_view, "output");
-  const HostTensorView lse = host_view(lse_view, "lse");
-  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  // CPU platform: every tensor is host memory.
+  const auto [query, output, lse, kv_cache] = host_layer_io(query_view, output_view, lse_view, kv_cache_view);
   (void)stream;  // CPU platform: runs on the calling thread
   (void)key;  // K7: the shared KV update op already wrote this step's keys and values
   (void)value;

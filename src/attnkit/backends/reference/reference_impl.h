@@ -1,5 +1,5 @@
 // The REFERENCE backend's per-layer impl: exact attention over a paged KV cache, following
-// SYSTEM.md "Exact semantics" with the rules of kernels/common/score.h and float64 accumulation.
+// docs/design.md "Exact semantics" with the rules of kernels/common/score.h and float64 accumulation.
 #pragma once
 
 #include "attnkit/backends/backend.h"

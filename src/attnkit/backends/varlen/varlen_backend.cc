@@ -15,6 +15,7 @@ const BackendCaps& VarlenBackend::caps() {
     BackendCaps c;
     c.name = "VARLEN";
     c.summary = "one varlen paged launch for the whole mixed batch";
+    c.variants = {{kVarlenCpuVariant, "float32 online softmax over the paged batch, one pass over the keys"}};
     c.platforms = {PlatformKind::kCpu};
     c.dtypes = {DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3};
@@ -35,12 +36,8 @@ const BackendCaps& VarlenBackend::caps() {
   return caps;
 }
 
-KernelVariant VarlenBackend::resolve_variant(const AttentionConfig& config) {
-  (void)config;  // one CPU variant for now
-  return kVarlenCpuVariant;
-}
-
 std::unique_ptr<AttentionImpl> VarlenBackend::make_impl(const LayerParams& params, KernelVariant variant) {
+  require_declared_variant(caps(), variant);
   return std::make_unique<VarlenImpl>(params, variant);
 }
 

@@ -9,14 +9,14 @@
 namespace attnkit {
 
 struct VarlenBackend {
+  // Its kernel variants are declared in caps().variants (the CPU issue has one; the CUDA issue
+  // adds its kernels there, each with the sets it covers).
   static const BackendCaps& caps();
-  // The one place a kernel variant is picked (S6). The CPU issue has one; the CUDA issue adds its
-  // variants here, chosen from the config.
-  static KernelVariant resolve_variant(const AttentionConfig& config);
+  // Throws attnkit::Error for parameters outside caps() or a variant caps() does not declare.
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams& params, KernelVariant variant);
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext& ctx);
 };
 
-inline constexpr KernelVariant kVarlenCpuVariant{"cpu-online-softmax"};
+inline constexpr KernelVariant kVarlenCpuVariant{"cpu-online-softmax", 0};
 
 }  // namespace attnkit

@@ -11,8 +11,6 @@ namespace attnkit {
 
 VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  ATTNKIT_REQUIRE(variant == kVarlenCpuVariant, "kernel variant", std::string(variant.name),
-                  std::string(kVarlenCpuVariant.name), "VARLEN runs only the variants it resolves");
   check_layer_params(VarlenBackend::caps(), params_);
   kernel_params_ = paged_attention_params(params_);
 }
@@ -22,11 +20,8 @@ VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
 void VarlenImpl::forward(const TensorView& query_view, const TensorView& key, const TensorView& value,
                          const KVCacheView& kv_cache_view, const AttentionMetadata& metadata, const TensorView& output_view,
                          const TensorView& lse_view, Stream stream) {
-  // CPU platform: every tensor is host memory (host_view refuses device memory).
-  const HostTensorView query = host_view(query_view, "query");
-  const HostTensorView output = host_view(output_view, "output");
-  const HostTensorView lse = host_view(lse_view, "lse");
-  const HostKVCacheView kv_cache = host_view(kv_cache_view, "kv_cache");
+  // CPU platform: every tensor is host memory.
+  const auto [query, output, lse, kv_cache] = host_layer_io(query_view, output_view, lse_view, kv_cache_view);
   (void)stream;  // CPU platform: runs on the calling thread
   (void)key;
   (void)value;
