@@ -232,7 +232,9 @@ TEST_F(InvariantChecker, V9OptimisticLengthsReachABackendNeedingExactOnes) {
   snapshot_.common.cpu_lengths_exact = false;
   expect_reported(snapshot_, 9, "layer csr.0 runs CSR_PLAN");
   for (const auto& v : check_invariants(snapshot_)) {
-    if (v.invariant == 9) EXPECT_EQ(v.message.find("swa.2"), std::string::npos) << "REFERENCE reads device truth";
+    if (v.invariant == 9) {
+      EXPECT_EQ(v.message.find("swa.2"), std::string::npos) << "the sliding-window layer reads device truth";
+    }
   }
 }
 

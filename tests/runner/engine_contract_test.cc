@@ -20,7 +20,11 @@ ModelRunner csr_runner() {
   return ModelRunner({attention_layer("attn", 4, 2, 64, 16)}, c);
 }
 
+// Requests in the order given, manager-block rows of 4 entries each.
 struct HandBuiltStep {
+  HandBuiltStep(std::vector<std::int32_t> ids_, std::vector<std::int32_t> query_lens_,
+                std::vector<std::int32_t> computed_, std::vector<std::int32_t> rows_)
+      : ids(std::move(ids_)), query_lens(std::move(query_lens_)), computed(std::move(computed_)), rows(std::move(rows_)) {}
   std::vector<std::int32_t> ids, query_lens, computed, rows;
   std::int32_t stride = 4;
   std::vector<ManagerBlockTable> tables;
