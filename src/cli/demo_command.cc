@@ -98,17 +98,6 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     run.need_lse = true;
     const AttentionConfig config = attention_config_for(layer_spec_of(record), run);
     const GpuProbe gpu = probe_gpu();
-    // Each backend runs on the platform it declares: the CPU ones here, the CUDA ones on the GPU
-    // when there is one.
-    const auto platform_of = [&](const BackendCaps& caps) -> std::optional<Platform> {
-      for (PlatformKind kind : caps.platforms) {
-        if (kind == PlatformKind::kCpu) return Platform::cpu();
-        if (kind == PlatformKind::kCuda && gpu.available()) {
-          return Platform::cuda(gpu.compute_capability, gpu.device_name);
-        }
-      }
-      return std::nullopt;
-    };
     std::cout << "attnkit demo: the worked example of docs/design.md (page 16; A decode q1/seq128, B prefill q4/seq4, "
                  "C extend q3/seq35), 8 q heads, 2 kv heads, head 128, "
               << to_string(*dtype) << "\n"
@@ -123,7 +112,8 @@ void add_demo_command(CLI::App& app, int& exit_code) {
     std::optional<ReplayResult> reference;
     std::vector<ReplayResult> results;
     for (const BackendType& b : registered_backends()) {
-      const std::optional<Platform> platform = platform_of(b.caps());
+      // Each backend runs where it declares: the CPU ones here, the CUDA ones on the GPU if any.
+      const std::optional<Platform> platform = platform_here(b.caps());
       AttentionConfig on_platform = config;
       if (platform) on_platform.platform = *platform;
       const auto reasons = validate(b.caps(), on_platform);

@@ -1,7 +1,5 @@
 #include "platform_choice.h"
 
-#include <algorithm>
-
 #include "attnkit/core/error.h"
 #include "attnkit/selection/registry.h"
 
@@ -10,13 +8,6 @@ namespace attnkit::cli {
 namespace {
 
 Platform gpu_platform(const GpuProbe& gpu) { return Platform::cuda(gpu.compute_capability, gpu.device_name); }
-
-bool declares(const std::string& backend, PlatformKind kind) {
-  const BackendType* type = find_backend(backend);
-  if (!type) return false;
-  const auto& platforms = type->caps().platforms;
-  return std::find(platforms.begin(), platforms.end(), kind) != platforms.end();
-}
 
 }  // namespace
 
@@ -28,8 +19,10 @@ Platform choose_platform(const std::string& platform, const std::string& backend
     return gpu_platform(gpu);
   }
   ATTNKIT_REQUIRE(platform == "auto", "--platform", platform, "auto, cpu, cuda");
-  const bool backend_runs_on_gpu = backend.empty() || declares(backend, PlatformKind::kCuda);
-  return gpu.available() && backend_runs_on_gpu ? gpu_platform(gpu) : Platform::cpu();
+  // A named backend runs where it declares (a CPU-only one on the CPU even on a GPU machine).
+  const BackendType* type = backend.empty() ? nullptr : find_backend(backend);
+  if (type) return platform_here(type->caps()).value_or(Platform::cpu());
+  return gpu.available() && backend.empty() ? gpu_platform(gpu) : Platform::cpu();
 }
 
 }  // namespace attnkit::cli

@@ -1,5 +1,5 @@
-// Which platform a subcommand runs on: the one the user names, or the machine's GPU when there is
-// one and the chosen backend (if any) runs there, else the CPU.
+// Which platform a subcommand runs on: the one the user names; for "auto", where the named backend
+// runs (platform_here), or with no backend named the machine's GPU when there is one, else the CPU.
 #pragma once
 
 #include <optional>

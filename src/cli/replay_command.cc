@@ -27,7 +27,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("DIR", flags->dir, "Directory with batch.json and q/k/v/k_cache/v_cache.npy")->required();
   cmd->add_option("--backend", flags->backend, "Explicit backend (default: auto selection)");
   cmd->add_option("--platform", flags->platform,
-                  "auto (the GPU when there is one and the backend runs there), cpu or cuda")
+                  "auto (where --backend runs; without one the GPU when there is one), cpu or cuda")
       ->capture_default_str();
   cmd->add_flag("--lse", flags->lse, "Also write lse.npy [tokens, q_heads] (natural log)");
   cmd->add_option("--out", flags->out_dir, "Where to write the results, created with its parents (default: DIR)");

@@ -250,19 +250,10 @@ std::vector<int> block_size_candidates(const BackendCaps& caps) {
   return out;
 }
 
-std::optional<Platform> campaign_platform(const BackendCaps& caps) {
-  const auto declares = [&](PlatformKind k) {
-    return std::find(caps.platforms.begin(), caps.platforms.end(), k) != caps.platforms.end();
-  };
-  if (declares(PlatformKind::kCpu)) return Platform::cpu();
-  const GpuProbe gpu = probe_gpu();
-  if (declares(PlatformKind::kCuda) && gpu.available()) return Platform::cuda(gpu.compute_capability, gpu.device_name);
-  return std::nullopt;
-}
 
 CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   const BackendCaps& caps = backend.caps();
-  const Platform platform = campaign_platform(caps).value_or(Platform::cpu());
+  const Platform platform = platform_here(caps).value_or(Platform::cpu());
   const std::vector<int> blocks = block_size_candidates(caps);
   std::mt19937 rng(seed_of(caps.name));
   CampaignResult result;

@@ -55,10 +55,6 @@ std::vector<int> block_size_candidates(const BackendCaps& caps);
 // e.g. "head_size 256", "feature cascade", "sliding window 1". Empty = full S6 coverage.
 std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& result);
 
-// The platform a backend's campaign runs on here: the CPU when it declares it, else this machine's
-// GPU when it declares CUDA and there is one; nullopt when it cannot run here.
-std::optional<Platform> campaign_platform(const BackendCaps& caps);
-
 // Runs `random_runs` random cases plus, for every declared value of every axis, a few cases with that
 // value pinned. Deterministic for a given backend name.
 CampaignResult run_campaign(const BackendType& backend, int random_runs);

@@ -31,7 +31,7 @@ std::vector<std::string> attention_backends_runnable_here() {
   std::vector<std::string> names;
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& c = b.caps();
-    if (contains(c.kv_spec_kinds, KVSpecKind::kFullAttention) && campaign_platform(c)) names.emplace_back(b.name());
+    if (contains(c.kv_spec_kinds, KVSpecKind::kFullAttention) && platform_here(c)) names.emplace_back(b.name());
   }
   return names;
 }

@@ -75,6 +75,17 @@ BackendRegistry::BackendRegistry(std::vector<BackendType> backends, std::vector<
   }
 }
 
+std::optional<Platform> platform_here(const BackendCaps& caps) {
+  const auto declares = [&](PlatformKind k) {
+    return std::find(caps.platforms.begin(), caps.platforms.end(), k) != caps.platforms.end();
+  };
+  if (declares(PlatformKind::kCpu)) return Platform::cpu();
+  if (!declares(PlatformKind::kCuda)) return std::nullopt;
+  const GpuProbe gpu = probe_gpu();
+  if (!gpu.available()) return std::nullopt;
+  return Platform::cuda(gpu.compute_capability, gpu.device_name);
+}
+
 const BackendType* BackendRegistry::find(std::string_view name) const {
   for (const BackendType& type : backends_) {
     if (type.name() == name) return &type;

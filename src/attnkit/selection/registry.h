@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,11 @@ class BackendRegistry {
   std::vector<BackendType> backends_;
   std::vector<std::pair<PlatformKind, std::vector<std::size_t>>> priorities_;  // indices into backends_
 };
+
+// Where a backend runs on this machine: the CPU when it declares the CPU platform, else this
+// machine's GPU when it declares CUDA and there is a usable one; nullopt when it cannot run here.
+// Start-up and tools (probes the GPU).
+std::optional<Platform> platform_here(const BackendCaps& caps);
 
 // The registry of the backends this library ships.
 const BackendRegistry& default_registry();

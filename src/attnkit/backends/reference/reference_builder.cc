@@ -59,6 +59,9 @@ ReferenceMetadataBuilder::ReferenceMetadataBuilder(const BuilderContext& context
 
 // Per step: O(requests) checks that keep the impl from reading out of bounds.
 void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) const {
+  const std::span<const std::int32_t> query_start_loc = qsl_of(c);
+  const std::span<const std::int32_t> seq_lens = seq_lens_of(c);
+  const BlockTableView table = table_of(c);
   if (!(c.kernel_block_size == context_.kernel_block_size)) {
     throw Error("common.kernel_block_size", str(c.kernel_block_size), str(context_.kernel_block_size),
                 "the block table must be in this group's kernel pages");
@@ -70,30 +73,30 @@ void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) 
     throw Error("num_actual_tokens", str(c.num_actual_tokens), "[0, " + str(context_.max_num_tokens) + "]");
   }
   const auto n = static_cast<std::size_t>(c.num_reqs);
-  if (!(qsl_of(c).size() >= n + 1)) {
-    throw Error("query_start_loc size", str(static_cast<std::int64_t>(qsl_of(c).size())),
+  if (!(query_start_loc.size() >= n + 1)) {
+    throw Error("query_start_loc size", str(static_cast<std::int64_t>(query_start_loc.size())),
                 ">= num_reqs + 1 = " + str(c.num_reqs + 1));
   }
-  if (!(seq_lens_of(c).size() >= n)) {
-    throw Error("seq_lens size", str(static_cast<std::int64_t>(seq_lens_of(c).size())), ">= num_reqs = " + str(c.num_reqs));
+  if (!(seq_lens.size() >= n)) {
+    throw Error("seq_lens size", str(static_cast<std::int64_t>(seq_lens.size())), ">= num_reqs = " + str(c.num_reqs));
   }
-  if (!(c.num_reqs == 0 || (table_of(c).data != nullptr && table_of(c).num_rows >= c.num_reqs))) {
-    throw Error("block_table rows", str(table_of(c).num_rows), ">= num_reqs = " + str(c.num_reqs));
+  if (!(c.num_reqs == 0 || (table.data != nullptr && table.num_rows >= c.num_reqs))) {
+    throw Error("block_table rows", str(table.num_rows), ">= num_reqs = " + str(c.num_reqs));
   }
-  if (!(context_.max_blocks_per_req <= 0 || table_of(c).row_stride <= context_.max_blocks_per_req)) {
-    throw Error("block_table row_stride", str(table_of(c).row_stride),
+  if (!(context_.max_blocks_per_req <= 0 || table.row_stride <= context_.max_blocks_per_req)) {
+    throw Error("block_table row_stride", str(table.row_stride),
                 "<= max_blocks_per_req = " + str(context_.max_blocks_per_req));
   }
-  if (!(qsl_of(c)[0] == 0)) {
-    throw Error("query_start_loc[0]", str(qsl_of(c)[0]), "0");
+  if (!(query_start_loc[0] == 0)) {
+    throw Error("query_start_loc[0]", str(query_start_loc[0]), "0");
   }
-  if (!(qsl_of(c)[n] == c.num_actual_tokens)) {
-    throw Error("query_start_loc[num_reqs]", str(qsl_of(c)[n]),
+  if (!(query_start_loc[n] == c.num_actual_tokens)) {
+    throw Error("query_start_loc[num_reqs]", str(query_start_loc[n]),
                 "num_actual_tokens = " + str(c.num_actual_tokens));
   }
   for (std::size_t r = 0; r < n; ++r) {
-    const std::int32_t query_len = qsl_of(c)[r + 1] - qsl_of(c)[r];
-    const std::int32_t seq_len = seq_lens_of(c)[r];
+    const std::int32_t query_len = query_start_loc[r + 1] - query_start_loc[r];
+    const std::int32_t seq_len = seq_lens[r];
     const std::string req = "request " + str(static_cast<std::int64_t>(r));
     if (!(query_len >= 0 && query_len <= c.max_query_len)) {
       throw Error("query_len", str(query_len), "[0, max_query_len = " + str(c.max_query_len) + "]",
@@ -103,8 +106,8 @@ void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) 
       throw Error("seq_len", str(seq_len),
                   "[query_len = " + str(query_len) + ", max_seq_len = " + str(c.max_seq_len) + "]", req);
     }
-    if (!(pages_for(seq_len, c.kernel_block_size) <= table_of(c).row_stride)) {
-      throw Error("block_table row_stride", str(table_of(c).row_stride),
+    if (!(pages_for(seq_len, c.kernel_block_size) <= table.row_stride)) {
+      throw Error("block_table row_stride", str(table.row_stride),
                   ">= " + str(pages_for(seq_len, c.kernel_block_size)), req + " needs that many pages");
     }
   }
@@ -125,11 +128,14 @@ bool cascade_chosen(CascadePolicy policy, std::int32_t common_prefix_len, std::i
 
 const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_prefix_len,
                                                          const CommonAttentionMetadata& common) {
+  const std::span<const std::int32_t> query_start_loc = qsl_of(common);
+  const std::span<const std::int32_t> seq_lens = seq_lens_of(common);
+  const BlockTableView table = table_of(common);
   validate_batch(common);
   std::int32_t min_context = common.num_reqs > 0 ? common.max_seq_len : 0;
   for (std::size_t r = 0; r < static_cast<std::size_t>(common.num_reqs); ++r) {
-    const std::int32_t query_len = qsl_of(common)[r + 1] - qsl_of(common)[r];
-    min_context = std::min(min_context, seq_lens_of(common)[r] - query_len);
+    const std::int32_t query_len = query_start_loc[r + 1] - query_start_loc[r];
+    min_context = std::min(min_context, seq_lens[r] - query_len);
   }
   if (!(common_prefix_len >= 0 && common_prefix_len <= min_context)) {
     throw Error("common_prefix_len", str(common_prefix_len), "[0, " + str(min_context) + "]",
@@ -143,9 +149,9 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
   m.max_seq_len = common.max_seq_len;
   m.kernel_block_size = common.kernel_block_size;
   m.causal = common.causal;
-  m.query_start_loc = qsl_of(common).first(static_cast<std::size_t>(common.num_reqs) + 1);
-  m.seq_lens = seq_lens_of(common).first(static_cast<std::size_t>(common.num_reqs));
-  m.block_table = table_of(common);
+  m.query_start_loc = query_start_loc.first(static_cast<std::size_t>(common.num_reqs) + 1);
+  m.seq_lens = seq_lens.first(static_cast<std::size_t>(common.num_reqs));
+  m.block_table = table;
   m.use_cascade = cascade_chosen(context_.cascade, common_prefix_len, m.num_reqs, context_.kv_spec);
   m.common_prefix_len = m.use_cascade ? common_prefix_len : 0;
   if (m.use_cascade) {
@@ -159,6 +165,7 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
 
 const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const AttentionMetadata& planned,
                                                                       const CommonAttentionMetadata& common) {
+  const BlockTableView table = table_of(common);
   const auto& plan = metadata_cast<ReferenceMetadata>(planned, ReferenceBackend::caps());
   if (!(common.num_reqs == plan.num_reqs && common.num_actual_tokens == plan.num_actual_tokens)) {
     throw Error("update_block_table batch",
@@ -170,17 +177,17 @@ const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const Atte
     throw Error("common.kernel_block_size", str(common.kernel_block_size), str(plan.kernel_block_size),
                 "a plan is reused only for the same page size");
   }
-  if (!(plan.num_reqs == 0 || (table_of(common).data != nullptr && table_of(common).num_rows >= plan.num_reqs))) {
-    throw Error("block_table rows", str(table_of(common).num_rows), ">= num_reqs = " + str(plan.num_reqs));
+  if (!(plan.num_reqs == 0 || (table.data != nullptr && table.num_rows >= plan.num_reqs))) {
+    throw Error("block_table rows", str(table.num_rows), ">= num_reqs = " + str(plan.num_reqs));
   }
   for (std::size_t r = 0; r < static_cast<std::size_t>(plan.num_reqs); ++r) {
-    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= table_of(common).row_stride)) {
-      throw Error("block_table row_stride", str(table_of(common).row_stride),
+    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= table.row_stride)) {
+      throw Error("block_table row_stride", str(table.row_stride),
                   ">= " + str(pages_for(plan.seq_lens[r], plan.kernel_block_size)));
     }
   }
   if (&plan != &metadata_) metadata_ = plan;
-  metadata_.block_table = table_of(common);
+  metadata_.block_table = table;
   if (metadata_.use_cascade && !prefix_pages_shared(metadata_.block_table, metadata_.num_reqs,
                                                     metadata_.common_prefix_len, metadata_.kernel_block_size)) {
     metadata_.use_cascade = false;
