@@ -26,9 +26,6 @@ CommonMetadataBuilder::CommonMetadataBuilder(MemoryResource& device, MemoryResou
       max_model_len_(max_model_len),
       query_lens_(static_cast<std::size_t>(max_num_reqs)),
       request_ids_(static_cast<std::size_t>(max_num_reqs)),
-      computed_(static_cast<std::size_t>(max_num_reqs)),
-      cpu_computed_(static_cast<std::size_t>(max_num_reqs)),
-      query_start_loc_cpu_(static_cast<std::size_t>(max_num_reqs) + 1),
       seq_lens_cpu_(static_cast<std::size_t>(max_num_reqs)),
       seq_lens_dev_(device, static_cast<std::size_t>(max_num_reqs)) {
   std::size_t computed_offset = 0, order_offset = 0, qsl_offset = 0;
@@ -61,7 +58,6 @@ const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step
   std::int32_t* qsl_mirror = query_start_loc_region_.host;
   std::int32_t* computed_mirror = computed_region_.host;
   std::int32_t tokens = 0, max_q = 0, max_s = 0;
-  query_start_loc_cpu_[0] = 0;
   qsl_mirror[0] = 0;
   for (std::size_t i = 0; i < sz; ++i) {
     const std::int32_t q = step.query_lens[i];
@@ -75,12 +71,9 @@ const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step
                     "num_computed_tokens + query_len is longer than the runner was started for");
     query_lens_[i] = q;
     request_ids_[i] = step.request_ids[i];
-    computed_[i] = computed;
-    cpu_computed_[i] = cpu;
     computed_mirror[i] = computed;
     request_rows_region_.host[i] = static_cast<std::int32_t>(i);
     tokens += q;
-    query_start_loc_cpu_[i + 1] = tokens;
     qsl_mirror[i + 1] = tokens;
     seq_lens_cpu_[i] = cpu + q;
     max_q = std::max(max_q, q);
@@ -105,7 +98,8 @@ const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step
     for (std::size_t i = 0; i < padded; ++i) seq_lens[i] = (i < sz ? truth[i] : 0) + (qsl_mirror[i + 1] - qsl_mirror[i]);
   }
 
-  common_.query_start_loc_cpu = {query_start_loc_cpu_.data(), sz + 1};
+  // The pinned mirror is host memory: the host copies of these arrays are the mirror itself.
+  common_.query_start_loc_cpu = {qsl_mirror, sz + 1};
   common_.query_start_loc = query_start_loc_region_.device_span(padded + 1);
   common_.seq_lens_cpu = {seq_lens_cpu_.data(), sz};
   common_.seq_lens = seq_lens_dev_.first(padded);

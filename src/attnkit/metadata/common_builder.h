@@ -43,7 +43,9 @@ class CommonMetadataBuilder {
   // Per-request arrays of the step (host copies the runner owns), for checks and the checker.
   std::span<const std::int32_t> query_lens() const { return first(query_lens_); }
   std::span<const std::int32_t> request_ids() const { return first(request_ids_); }
-  std::span<const std::int32_t> num_computed_tokens() const { return first(computed_); }
+  std::span<const std::int32_t> num_computed_tokens() const {
+    return {computed_region_.host, static_cast<std::size_t>(common_.num_reqs)};
+  }
   void graph_buffers(std::vector<GraphBuffer>& out) const;
 
  private:
@@ -52,9 +54,9 @@ class CommonMetadataBuilder {
   }
   std::int32_t max_num_reqs_;
   std::int32_t max_model_len_;
-  std::vector<std::int32_t> query_lens_, request_ids_, computed_, cpu_computed_;
-  std::vector<std::int32_t> query_start_loc_cpu_, seq_lens_cpu_;
-  // Mirror -> device: the step's context lengths (truth) and query_start_loc, padded.
+  std::vector<std::int32_t> query_lens_, request_ids_, seq_lens_cpu_;
+  // Mirror -> device: the step's context lengths (truth) and query_start_loc, padded. The mirror
+  // is host memory, so it also serves as the host copy of both.
   Workspace workspace_;
   WorkspaceRegion<std::int32_t> computed_region_, request_rows_region_, query_start_loc_region_;
   DeviceArray<std::int32_t> seq_lens_dev_;  // computed from the above on the device

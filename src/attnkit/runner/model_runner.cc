@@ -383,10 +383,8 @@ void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int 
   const std::int32_t b = g.geometry.kernel_block_size;
   const std::int32_t num_blocks = g.geometry.num_manager_blocks;
   std::int32_t* kernel_rows = g.block_table.host;
-  ++step_serial_;
-  if (step_serial_ == 0) {  // wrapped: stale stamps could alias the new serial
+  if (step_serial_ == 1) {  // the serial wrapped: stale stamps could alias the new ones
     std::fill(g.page_writer_step.begin(), g.page_writer_step.end(), 0u);
-    step_serial_ = 1;
   }
   for (std::int32_t r = 0; r < n; ++r) {
     // Only the pages that hold the request's tokens (the host upper bound covers the truth); the
@@ -485,6 +483,8 @@ void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
   // The mirrors this step rewrites were last read by the previous step's copies.
   if (wait_for_previous_copies) plan_copied_.wait();
   check_request_order(step);
+  // Page-ownership stamps of this step (plan_group_tables); 0 never names a step.
+  if (++step_serial_ == 0) step_serial_ = 1;
   std::int32_t tokens = 0;
   for (std::int32_t q : step.query_lens) tokens += q;
   const CommonAttentionMetadata& tmpl =
