@@ -128,7 +128,8 @@ void add_select_command(CLI::App& app, int& exit_code) {
     }
     try {
       const Selection& sel = selector.select(config, name);
-      std::cout << "selected: " << sel.log_line() << "\n";
+      // The configuration is the "config:" line above; the selection line does not repeat it.
+      std::cout << "selected: " << sel.choice_line() << "\n";
       if (const VariantCaps* variant = find_variant(sel.backend->caps(), sel.variant)) {
         std::cout << "kernel variant: " << variant->variant.name << " (" << variant->summary << ")\n";
       }

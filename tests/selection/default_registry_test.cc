@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <vector>
 
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/selector.h"
@@ -45,18 +46,27 @@ TEST(DefaultRegistry, AutoOnCpuPicksTheFastestValidBackendNotTheOracle) {
   EXPECT_EQ(selector.select(exact, std::nullopt).backend->name(), "REFERENCE");
 }
 
-TEST(DefaultRegistry, AutoOnCudaSkipsTheCpuBackendsAndTakesTheGpuReferenceLast) {
+TEST(DefaultRegistry, AutoOnCudaTakesVarlensKernelAndKeepsTheGpuReferenceLast) {
   Selector selector(default_registry());
   AttentionConfig c;
   c.platform = Platform::cuda(90, "NVIDIA H200");
+  c.dtype = c.kv_cache_dtype = DType::kBFloat16;
   const Selection& s = selector.select(c, std::nullopt);
-  EXPECT_EQ(s.backend->name(), "GPU_REFERENCE");
-  ASSERT_EQ(s.candidates.size(), 3u);
-  for (std::size_t i = 0; i < 2; ++i) {  // VARLEN and CSR_PLAN have no CUDA kernel yet
-    ASSERT_FALSE(s.candidates[i].reasons.empty());
-    EXPECT_EQ(s.candidates[i].reasons[0].kind, ReasonKind::kHardware);
-    EXPECT_EQ(s.candidates[i].reasons[0].parameter, "platform");
-  }
+  EXPECT_EQ(s.backend->name(), "VARLEN");
+  EXPECT_EQ(s.variant.name, "cuda-mma-kv16");
+  c.kv_cache_dtype = DType::kFp8E4M3;
+  EXPECT_EQ(selector.select(c, std::nullopt).variant.name, "cuda-mma-kv-fp8");
+  // Float16 activations over a bfloat16 cache: no VARLEN kernel, so the GPU reference (last) runs.
+  c.dtype = DType::kFloat16;
+  c.kv_cache_dtype = DType::kBFloat16;
+  const Selection& mixed = selector.select(c, std::nullopt);
+  EXPECT_EQ(mixed.backend->name(), "GPU_REFERENCE");
+  ASSERT_EQ(mixed.candidates.size(), 3u);
+  ASSERT_FALSE(mixed.candidates[0].reasons.empty());
+  EXPECT_EQ(mixed.candidates[0].reasons[0].parameter, "kv_cache_dtype + dtype");
+  ASSERT_FALSE(mixed.candidates[1].reasons.empty());  // CSR_PLAN has no CUDA kernel yet
+  EXPECT_EQ(mixed.candidates[1].reasons[0].kind, ReasonKind::kHardware);
+  EXPECT_EQ(mixed.candidates[1].reasons[0].parameter, "platform");
   // Nothing runs on a GPU the CUDA code was not built for: no substitute, every reason listed.
   c.platform = Platform::cuda(80, "NVIDIA A100");
   try {
@@ -90,17 +100,21 @@ TEST(DefaultRegistry, EveryBackendCanBeNamedExplicitlyForAConfigurationItAccepts
   }
 }
 
-TEST(DefaultRegistry, EveryBackendDeclaresItsOneKernelVariant) {
-  const std::map<std::string_view, std::string_view> expected{{"REFERENCE", "cpu-exact-f64"},
-                                                              {"VARLEN", "cpu-online-softmax"},
-                                                              {"CSR_PLAN", "cpu-plan-run"},
-                                                              {"RECURRENT_STATE", "cpu-decay-scan"},
-                                                              {"GPU_REFERENCE", "cuda-exact-f32"}};
+TEST(DefaultRegistry, EveryBackendDeclaresItsKernelVariantsInOrderOfPreference) {
+  const std::map<std::string_view, std::vector<std::string_view>> expected{
+      {"REFERENCE", {"cpu-exact-f64"}},
+      {"VARLEN", {"cuda-mma-kv16", "cuda-mma-kv-fp8", "cpu-online-softmax"}},
+      {"CSR_PLAN", {"cpu-plan-run"}},
+      {"RECURRENT_STATE", {"cpu-decay-scan"}},
+      {"GPU_REFERENCE", {"cuda-exact-f32"}}};
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& caps = b.caps();
-    ASSERT_EQ(caps.variants.size(), 1u) << b.name();
-    EXPECT_EQ(caps.variants[0].variant.name, expected.at(b.name()));
-    EXPECT_FALSE(caps.variants[0].summary.empty()) << b.name();
+    const std::vector<std::string_view>& names = expected.at(b.name());
+    ASSERT_EQ(caps.variants.size(), names.size()) << b.name();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      EXPECT_EQ(caps.variants[i].variant.name, names[i]);
+      EXPECT_FALSE(caps.variants[i].summary.empty()) << b.name();
+    }
   }
 }
 

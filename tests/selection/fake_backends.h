@@ -122,6 +122,31 @@ struct FakeSplitBackend {
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
 };
 
+// One backend, a kernel per platform: TWIN runs on the CPU and on CUDA sm_80..sm_90. Its preferred
+// kernel "twin-cuda" runs on CUDA sm_90 only; "twin-cpu" runs on the CPU only. No kernel covers
+// CUDA sm_80 or sm_86, which the backend's own range accepts.
+struct FakeTwinBackend {
+  static const BackendCaps& caps() {
+    static const BackendCaps c = [] {
+      BackendCaps caps = FakeWideBackend::caps();
+      caps.name = "TWIN";
+      caps.summary = "a CPU kernel and a CUDA kernel";
+      caps.combination_rules.clear();
+      caps.variants = {VariantCaps{.variant = {"twin-cuda", 0},
+                                   .summary = "the CUDA kernel",
+                                   .platforms = {PlatformKind::kCuda},
+                                   .cuda_compute_capability = ComputeCapabilityRange{90, 90}},
+                       VariantCaps{.variant = {"twin-cpu", 1},
+                                   .summary = "the CPU kernel",
+                                   .platforms = {PlatformKind::kCpu}}};
+      return caps;
+    }();
+    return c;
+  }
+  static std::unique_ptr<AttentionImpl> make_impl(const LayerParams&, KernelVariant) { return nullptr; }
+  static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext&) { return nullptr; }
+};
+
 // CPU tries EXACT, WIDE, STATE; CUDA tries WIDE only.
 inline const BackendRegistry& fake_registry() {
   static const BackendRegistry registry(

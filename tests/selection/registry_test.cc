@@ -73,8 +73,13 @@ void head_size_beyond_the_backend(std::vector<VariantCaps>& v) {
 void feature_beyond_the_backend(std::vector<VariantCaps>& v) {
   v = {VariantCaps{.variant = {"capped", 0}, .features = FeatureSet{Feature::kSoftCap}}};
 }
+void platform_beyond_the_backend(std::vector<VariantCaps>& v) {  // EXACT runs on the CPU only
+  v = {VariantCaps{.variant = {"exact-cpu", 0}, .platforms = {PlatformKind::kCpu}},
+       VariantCaps{.variant = {"exact-cuda", 1}, .platforms = {PlatformKind::kCuda}}};
+}
 void narrowing_within_the_backend(std::vector<VariantCaps>& v) {
-  v = {VariantCaps{.variant = {"small", 0}, .head_sizes = {64}, .features = FeatureSet{}},
+  v = {VariantCaps{.variant = {"small", 0}, .head_sizes = {64}, .features = FeatureSet{},
+                   .platforms = {PlatformKind::kCpu}},
        VariantCaps{.variant = {"large", 1}, .head_sizes = {128}}};
 }
 
@@ -94,7 +99,29 @@ TEST(BackendRegistry, RejectsKernelVariantsThatCannotBeDispatchedOrWidenTheirBac
   EXPECT_EQ(registry_error_field<two_with_one_name>(), "kernel variant");
   EXPECT_EQ(registry_error_field<head_size_beyond_the_backend>(), "kernel variant");
   EXPECT_EQ(registry_error_field<feature_beyond_the_backend>(), "kernel variant");
+  EXPECT_EQ(registry_error_field<platform_beyond_the_backend>(), "kernel variant");
   EXPECT_EQ(registry_error_field<narrowing_within_the_backend>(), "<no error>");
+}
+
+TEST(BackendRegistry, RefusesAVariantDeclaringAPlatformItsBackendLacksNamingTheVariantAndTheSet) {
+  try {
+    BackendRegistry({backend_type_of<ExactWithVariants<platform_beyond_the_backend>>()}, {});
+    FAIL() << "EXACT declares the CPU only; its variant exact-cuda may not add CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "kernel variant");
+    EXPECT_EQ(e.value(), "exact-cuda (id 1)");
+    EXPECT_EQ(e.allowed(), "sets within EXACT's");
+    EXPECT_NE(std::string(e.what()).find("this one declares platforms cuda (any) where EXACT declares cpu"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(BackendRegistry, AcceptsABackendWithACpuVariantAndACudaVariant) {
+  const BackendRegistry registry({backend_type_of<testing::FakeTwinBackend>()},
+                                 {{PlatformKind::kCpu, {"TWIN"}}, {PlatformKind::kCuda, {"TWIN"}}});
+  ASSERT_NE(registry.find("TWIN"), nullptr);
+  EXPECT_EQ(registry.find("TWIN")->caps().variants.size(), 2u);
 }
 
 }  // namespace

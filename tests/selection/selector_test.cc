@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <mutex>
+#include <thread>
 
 #include "attnkit/selection/selector.h"
 #include "fake_backends.h"
@@ -222,17 +224,31 @@ TEST(SelectionErrorIsAnError, AutoFailureNamesARegisteredBackendOutsideThePriori
 
 // --- S3 log line ---------------------------------------------------------------------------------
 
-TEST(SelectionLogLine, AutoNamesBackendVariantAndSkippedCandidates) {
+TEST(SelectionLogLine, AutoNamesBackendVariantConfigurationAndSkippedCandidates) {
   Selector selector(fake_registry());
   const std::string line = selector.select(bf16_config(), std::nullopt).log_line();
-  EXPECT_EQ(line.rfind("attention backend WIDE, kernel wide-fp16 (auto: first valid of EXACT, WIDE", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("attention backend WIDE, kernel wide-fp16 for [" + bf16_config().describe() +
+                           "] (auto: first valid of EXACT, WIDE",
+                       0),
+            0u)
+      << line;
   EXPECT_NE(line.find("skipped EXACT: [feature] dtype = bfloat16, supported {float32, float16}"), std::string::npos)
       << line;
 }
 
 TEST(SelectionLogLine, ExplicitSaysSo) {
   Selector selector(fake_registry());
-  EXPECT_EQ(selector.select(exact_config(), "WIDE").log_line(), "attention backend WIDE, kernel wide-fp16 (explicit)");
+  EXPECT_EQ(selector.select(exact_config(), "WIDE").log_line(),
+            "attention backend WIDE, kernel wide-fp16 for [" + exact_config().describe() + "] (explicit)");
+}
+
+TEST(SelectionLogLine, TheChoiceLineIsTheLogLineWithoutTheConfiguration) {
+  Selector selector(fake_registry());
+  EXPECT_EQ(selector.select(exact_config(), "WIDE").choice_line(), "attention backend WIDE, kernel wide-fp16 (explicit)");
+  const Selection& automatic = selector.select(bf16_config(), std::nullopt);
+  std::string without = automatic.log_line();
+  without.erase(without.find(" for ["), std::string(" for [").size() + bf16_config().describe().size() + 1);
+  EXPECT_EQ(automatic.choice_line(), without);
 }
 
 TEST(SelectionLogLine, SinkGetsOneLinePerNewSelectionAndNothingIsPrintedByDefault) {
@@ -249,8 +265,62 @@ TEST(SelectionLogLine, SinkGetsOneLinePerNewSelectionAndNothingIsPrintedByDefaul
   selector.select(bf16_config(), std::nullopt);  // cache hit: already logged
   selector.select(bf16_config(), "WIDE");
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[0].find("attention backend WIDE, kernel wide-fp16 (auto"), std::string::npos);
-  EXPECT_EQ(lines[1], "attention backend WIDE, kernel wide-fp16 (explicit)");
+  EXPECT_NE(lines[0].find("attention backend WIDE, kernel wide-fp16 for [" + bf16_config().describe() + "] (auto"),
+            std::string::npos);
+  EXPECT_EQ(lines[1], "attention backend WIDE, kernel wide-fp16 for [" + bf16_config().describe() + "] (explicit)");
+}
+
+// The log follows the cache: the first selection of a (configuration, backend name or auto) logs
+// one line naming the backend, its kernel variant and the configuration; asking again, as every
+// layer of a model with that configuration does, logs nothing; a failed selection logs nothing.
+TEST(SelectionLogLine, EachConfigurationIsLoggedOnceWhenFirstResolved) {
+  Selector selector(fake_registry());
+  std::vector<std::string> lines;
+  selector.set_log_sink([&](std::string_view line) { lines.emplace_back(line); });
+
+  for (int layer = 0; layer < 32; ++layer) selector.select(exact_config(), std::nullopt);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], selector.select(exact_config(), std::nullopt).log_line());
+  EXPECT_EQ(lines[0].rfind("attention backend EXACT, kernel exact-kernel for [" + exact_config().describe() + "]", 0),
+            0u)
+      << lines[0];
+
+  AttentionConfig fp8 = bf16_config();  // another configuration: a line of its own, naming its variant
+  fp8.kv_cache_dtype = DType::kFp8E4M3;
+  for (int layer = 0; layer < 4; ++layer) selector.select(fp8, std::nullopt);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("attention backend WIDE, kernel wide-fp8 for [" + fp8.describe() + "]"), std::string::npos)
+      << lines[1];
+
+  AttentionConfig impossible = exact_config();
+  impossible.head_size = 72;
+  for (int attempt = 0; attempt < 2; ++attempt) EXPECT_THROW(selector.select(impossible, std::nullopt), SelectionError);
+  EXPECT_EQ(lines.size(), 2u);
+
+  for (int layer = 0; layer < 4; ++layer) selector.select(exact_config(), std::nullopt);
+  EXPECT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines.size(), selector.cache_size());  // one line per cache entry, never per call
+}
+
+TEST(SelectionLogLine, ConcurrentFirstSelectionsOfOneConfigurationLogOneLine) {
+  Selector selector(fake_registry());
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  selector.set_log_sink([&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mutex);
+    lines.emplace_back(line);
+  });
+  std::vector<const Selection*> seen(16, nullptr);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < seen.size(); ++t) {
+    threads.emplace_back([&, t] { seen[t] = &selector.select(bf16_config(), std::nullopt); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const Selection* s : seen) EXPECT_EQ(s, seen.front());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], seen.front()->log_line());
+  EXPECT_EQ(selector.cache_misses(), 1u);
+  EXPECT_EQ(selector.cache_hits(), seen.size() - 1);
 }
 
 // --- S4 cache ------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ TEST(VariantResolution, AHeadSizeOnlyTheSecondVariantCoversSelectsIt) {
   Selector selector(split_registry());
   const Selection& s = selector.select(split_config(256), std::nullopt);
   EXPECT_EQ(s.variant, (KernelVariant{"split-large", 1}));
-  EXPECT_EQ(s.log_line().rfind("attention backend SPLIT, kernel split-large (auto", 0), 0u) << s.log_line();
+  EXPECT_EQ(s.choice_line().rfind("attention backend SPLIT, kernel split-large (auto", 0), 0u) << s.choice_line();
 }
 
 TEST(VariantResolution, AHeadSizeTheBackendDeclaresButNoVariantCoversIsRefusedNamingEachVariant) {
@@ -120,6 +120,115 @@ TEST(VariantResolution, TheSupportMatrixListsEachVariantWithItsNarrowedSets) {
   EXPECT_NE(split_row.find("| split-small (head sizes {64, 128}); split-large (head sizes {128, 256}) |"),
             std::string::npos)
       << split_row;
+}
+
+// --- a kernel per platform ------------------------------------------------------------------------
+// TWIN runs on the CPU and on CUDA sm_80..sm_90. It prefers twin-cuda (CUDA sm_90 only), then
+// twin-cpu (CPU only). A variant's platforms keep each kernel on its platform: a compute-capability
+// range alone would not, since it is checked on CUDA only.
+
+using testing::FakeTwinBackend;
+
+AttentionConfig twin_config(Platform platform) {
+  AttentionConfig c = testing::exact_config();
+  c.platform = std::move(platform);
+  return c;
+}
+
+const BackendRegistry& twin_registry() {
+  static const BackendRegistry registry({backend_type_of<FakeTwinBackend>()},
+                                        {{PlatformKind::kCpu, {"TWIN"}}, {PlatformKind::kCuda, {"TWIN"}}});
+  return registry;
+}
+
+TEST(VariantPlatforms, OnTheCpuTheCpuVariantIsResolvedThoughTheCudaOneIsPreferred) {
+  const BackendCaps& caps = FakeTwinBackend::caps();
+  const VariantResolution resolution = resolve_variant(caps, twin_config(Platform::cpu()));
+  ASSERT_NE(resolution.variant, nullptr);
+  EXPECT_EQ(resolution.variant->variant, (KernelVariant{"twin-cpu", 1}));
+  EXPECT_TRUE(validate(caps, twin_config(Platform::cpu())).empty());
+
+  Selector selector(twin_registry());
+  for (const std::optional<std::string_view> name : {std::optional<std::string_view>("TWIN"),
+                                                     std::optional<std::string_view>()}) {
+    const Selection& s = selector.select(twin_config(Platform::cpu()), name);
+    EXPECT_EQ(s.variant, (KernelVariant{"twin-cpu", 1}));
+    EXPECT_EQ(s.log_line().rfind("attention backend TWIN, kernel twin-cpu for [platform=cpu ", 0), 0u) << s.log_line();
+  }
+}
+
+TEST(VariantPlatforms, OnCudaTheCudaVariantIsResolvedAndNeverTheCpuOne) {
+  const BackendCaps& caps = FakeTwinBackend::caps();
+  const VariantResolution resolution = resolve_variant(caps, twin_config(Platform::cuda(90, "H200")));
+  ASSERT_NE(resolution.variant, nullptr);
+  EXPECT_EQ(resolution.variant->variant, (KernelVariant{"twin-cuda", 0}));
+
+  Selector selector(twin_registry());
+  EXPECT_EQ(selector.select(twin_config(Platform::cuda(90, "H200")), std::nullopt).variant,
+            (KernelVariant{"twin-cuda", 0}));
+}
+
+TEST(VariantPlatforms, AHardwareTheBackendAcceptsButNoVariantCoversIsRefusedWithEachVariantsReason) {
+  // sm_80 is within TWIN's sm_80..sm_90: twin-cuda needs sm_90, and twin-cpu must not run on CUDA.
+  const AttentionConfig a100 = twin_config(Platform::cuda(80, "A100"));
+  const BackendCaps& caps = FakeTwinBackend::caps();
+  EXPECT_EQ(resolve_variant(caps, a100).variant, nullptr);
+
+  const std::vector<Reason> reasons = validate(caps, a100);
+  ASSERT_EQ(reasons.size(), 2u);
+  for (const Reason& r : reasons) EXPECT_EQ(r.kind, ReasonKind::kVariant);
+  EXPECT_EQ(reasons[0].message(), "compute_capability = sm_80, supported sm_90..sm_90 by kernel variant twin-cuda");
+  EXPECT_EQ(reasons[1].message(), "platform = " + a100.platform.describe() + ", supported cpu by kernel variant twin-cpu");
+
+  Selector selector(twin_registry());
+  for (const std::optional<std::string_view> name : {std::optional<std::string_view>("TWIN"),
+                                                     std::optional<std::string_view>()}) {
+    try {
+      selector.select(a100, name);
+      FAIL() << "no TWIN kernel runs on sm_80; the CPU kernel must not be chosen on CUDA";
+    } catch (const SelectionError& e) {
+      ASSERT_EQ(e.candidates().size(), 1u);
+      EXPECT_EQ(e.candidates()[0].reasons.size(), 2u);
+      EXPECT_NE(std::string(e.what()).find("[variant] platform = " + a100.platform.describe() +
+                                           ", supported cpu by kernel variant twin-cpu"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(VariantPlatforms, ACudaOnlyVariantIsNeverResolvedOnTheCpu) {
+  // Without twin-cpu, TWIN still declares the CPU platform, but no kernel of it runs there.
+  BackendCaps cuda_kernel_only = FakeTwinBackend::caps();
+  cuda_kernel_only.variants.pop_back();
+  EXPECT_EQ(resolve_variant(cuda_kernel_only, twin_config(Platform::cpu())).variant, nullptr);
+  const std::vector<Reason> reasons = validate(cuda_kernel_only, twin_config(Platform::cpu()));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0].kind, ReasonKind::kVariant);
+  EXPECT_EQ(reasons[0].message(), "platform = cpu, supported cuda (sm_90..sm_90) by kernel variant twin-cuda");
+}
+
+TEST(VariantPlatforms, APlatformTheBackendItselfLacksIsReportedOnceByTheBackend) {
+  BackendCaps cpu_only = FakeTwinBackend::caps();
+  cpu_only.platforms = {PlatformKind::kCpu};
+  cpu_only.variants.erase(cpu_only.variants.begin());  // twin-cpu alone
+  const std::vector<Reason> reasons = validate(cpu_only, twin_config(Platform::cuda(90, "H200")));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0].kind, ReasonKind::kHardware);
+  EXPECT_EQ(reasons[0].parameter, "platform");
+  EXPECT_EQ(reasons[0].supported, "cpu");
+}
+
+TEST(VariantPlatforms, TheSupportMatrixListsEachVariantsPlatforms) {
+  std::istringstream markdown(support_matrix_markdown(twin_registry()));
+  std::string twin_row;
+  for (std::string line; std::getline(markdown, line);) {
+    if (line.rfind("| TWIN |", 0) == 0) twin_row = line;
+  }
+  ASSERT_FALSE(twin_row.empty());
+  EXPECT_NE(twin_row.find("| cpu, cuda (sm_80..sm_90) |"), std::string::npos) << twin_row;  // the backend's union
+  EXPECT_NE(twin_row.find("| twin-cuda (platforms cuda (sm_90..sm_90)); twin-cpu (platforms cpu) |"), std::string::npos)
+      << twin_row;
 }
 
 TEST(VariantResolution, OnlyADeclaredVariantPassesTheMakeImplCheck) {

@@ -57,6 +57,9 @@ struct KernelVariant {
 // left empty (nullopt) is the backend's own, a declared one must be a subset of the backend's
 // (the registry checks), so the backend's sets stay the union that validate() reports first.
 // Every member has a default so that a declaration names only what it narrows.
+// `platforms` is how a backend with a CPU kernel and CUDA kernels keeps each on its platform: a
+// variant that declares {kCuda} is never resolved for a CPU-platform configuration (its
+// compute-capability range alone would not say so: that check applies only on CUDA).
 struct VariantCaps {
   KernelVariant variant = {};
   std::string_view summary = {};
@@ -65,6 +68,7 @@ struct VariantCaps {
   std::vector<int> head_sizes = {};
   // Optional rather than empty-means-inherit: "no optional feature" is a set a kernel may have.
   std::optional<FeatureSet> features = std::nullopt;
+  std::vector<PlatformKind> platforms = {};
   std::optional<ComputeCapabilityRange> cuda_compute_capability = std::nullopt;
 };
 

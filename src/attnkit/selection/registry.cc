@@ -8,6 +8,7 @@
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/core/error.h"
+#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -20,13 +21,33 @@ bool subset_of(const std::vector<T>& narrowed, const std::vector<T>& declared) {
   });
 }
 
-bool narrows_only(const VariantCaps& v, const BackendCaps& caps) {
-  const bool features_within = !v.features || (v.features->bits() & ~caps.features.bits()) == 0;
-  const bool capability_within = !v.cuda_compute_capability ||
-                                 (v.cuda_compute_capability->min >= caps.cuda_compute_capability.min &&
-                                  v.cuda_compute_capability->max <= caps.cuda_compute_capability.max);
-  return subset_of(v.dtypes, caps.dtypes) && subset_of(v.kv_cache_dtypes, caps.kv_cache_dtypes) &&
-         subset_of(v.head_sizes, caps.head_sizes) && features_within && capability_within;
+// The first set of `v` that is not within its backend's, as "platforms cuda (any) where EXACT
+// declares cpu"; empty when the variant only narrows.
+std::string widened_set(const VariantCaps& v, const BackendCaps& caps) {
+  const std::string within = " where " + std::string(caps.name) + " declares ";
+  if (!subset_of(v.platforms, caps.platforms)) {
+    return "platforms " +
+           supported::platforms(v.platforms, v.cuda_compute_capability.value_or(caps.cuda_compute_capability)) +
+           within + supported::platforms(caps);
+  }
+  if (v.cuda_compute_capability && (v.cuda_compute_capability->min < caps.cuda_compute_capability.min ||
+                                    v.cuda_compute_capability->max > caps.cuda_compute_capability.max)) {
+    return "compute capability " + v.cuda_compute_capability->describe() + within +
+           caps.cuda_compute_capability.describe();
+  }
+  if (!subset_of(v.dtypes, caps.dtypes)) {
+    return "dtypes " + supported::dtypes(v.dtypes) + within + supported::dtypes(caps.dtypes);
+  }
+  if (!subset_of(v.kv_cache_dtypes, caps.kv_cache_dtypes)) {
+    return "KV dtypes " + supported::dtypes(v.kv_cache_dtypes) + within + supported::dtypes(caps.kv_cache_dtypes);
+  }
+  if (!subset_of(v.head_sizes, caps.head_sizes)) {
+    return "head sizes " + supported::head_sizes(v.head_sizes) + within + supported::head_sizes(caps);
+  }
+  if (v.features && (v.features->bits() & ~caps.features.bits()) != 0) {
+    return "features " + supported::features(*v.features) + within + supported::features(caps.features);
+  }
+  return {};
 }
 
 // Variants are dispatch handles, so their names and ids are unique within the backend; and they
@@ -44,9 +65,10 @@ void check_variants(const BackendCaps& caps) {
       ATTNKIT_REQUIRE(earlier.name != v.name && earlier.id != v.id, "kernel variant", described,
                       "unique names and ids", backend + " declares two variants with this name or id");
     }
-    ATTNKIT_REQUIRE(narrows_only(caps.variants[i], caps), "kernel variant", described, "sets within " + backend + "'s",
-                    "a variant may only narrow its backend's dtypes, KV dtypes, head sizes, features and compute "
-                    "capabilities");
+    const std::string widened = widened_set(caps.variants[i], caps);
+    ATTNKIT_REQUIRE(widened.empty(), "kernel variant", described, "sets within " + backend + "'s",
+                    "a variant may only narrow its backend's platforms, compute capabilities, dtypes, KV dtypes, "
+                    "head sizes and features; this one declares " + widened);
   }
 }
 

@@ -26,14 +26,12 @@ KernelVariant resolved_variant(const BackendType& type, const AttentionConfig& c
   return resolve_variant(type.caps(), config).variant->variant;
 }
 
-}  // namespace
-
-// --- Selection -----------------------------------------------------------------------------------
-
-std::string Selection::log_line() const {
-  std::string line = "attention backend " + std::string(backend ? backend->name() : "?") + ", kernel " +
-                     std::string(variant.name);
-  if (explicit_choice) return line + " (explicit)";
+// "attention backend X, kernel v", then `middle`, then how X was chosen.
+std::string selection_line(const Selection& s, const std::string& middle) {
+  std::string line = "attention backend " + std::string(s.backend ? s.backend->name() : "?") + ", kernel " +
+                     std::string(s.variant.name) + middle;
+  const std::vector<CandidateReport>& candidates = s.candidates;
+  if (s.explicit_choice) return line + " (explicit)";
   line += " (auto: first valid of ";
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (i) line += ", ";
@@ -48,6 +46,14 @@ std::string Selection::log_line() const {
   }
   return line + ")";
 }
+
+}  // namespace
+
+// --- Selection -----------------------------------------------------------------------------------
+
+std::string Selection::log_line() const { return selection_line(*this, " for [" + config.describe() + "]"); }
+
+std::string Selection::choice_line() const { return selection_line(*this, {}); }
 
 SelectionError::SelectionError(std::string message, std::string requested, std::string accepting,
                                std::vector<CandidateReport> candidates)
@@ -74,7 +80,9 @@ const Selection& Selector::select(const AttentionConfig& config, std::optional<s
   ++misses_;
   Selection selection = backend_name ? select_explicit(config, *backend_name) : select_auto(config);
   const Selection& stored = cache_.emplace(std::move(key), std::move(selection)).first->second;
-  // The sink runs unlocked so it may call back into the selector; `stored` never moves.
+  // Logged by the one call that added the entry (a racing caller waited on the lock and hits), so
+  // the line follows the cache: once per entry. The sink runs unlocked so it may call back into
+  // the selector; `stored` never moves.
   const LogSink sink = log_sink_;
   lock.unlock();
   if (sink) sink(stored.log_line());
@@ -98,7 +106,7 @@ Selection Selector::select_explicit(const AttentionConfig& config, std::string_v
     append_reasons(message, report);
     throw SelectionError(std::move(message), std::string(name), std::move(accepting), {std::move(report)});
   }
-  return Selection{type, resolved_variant(*type, config), true, {std::move(report)}};
+  return Selection{type, resolved_variant(*type, config), true, {std::move(report)}, config};
 }
 
 Selection Selector::select_auto(const AttentionConfig& config) const {
@@ -107,7 +115,7 @@ Selection Selector::select_auto(const AttentionConfig& config) const {
   for (const BackendType* type : order) {
     candidates.push_back(CandidateReport{type->name(), validate(type->caps(), config)});
     if (candidates.back().valid()) {
-      return Selection{type, resolved_variant(*type, config), false, std::move(candidates)};
+      return Selection{type, resolved_variant(*type, config), false, std::move(candidates), config};
     }
   }
   std::string message = "no attention backend on " + std::string(to_string(config.platform.kind)) + " accepts " +

@@ -34,10 +34,17 @@ struct Selection {
   // Explicit: the named backend only. Auto: every backend tried, in priority order, up to and
   // including the chosen one.
   std::vector<CandidateReport> candidates;
+  // The configuration this selection answers (its cache key, with the requested name).
+  AttentionConfig config;
 
-  // "attention backend VARLEN, kernel cpu-online-softmax (auto: first valid of REFERENCE, VARLEN,
-  // ...; skipped REFERENCE: ...)" or "... (explicit)".
+  // The S3 log line, what the selector's sink receives once per new selection: backend, kernel
+  // variant, the configuration (AttentionConfig::describe()) and how the backend was chosen:
+  // "attention backend VARLEN, kernel cpu-online-softmax for [platform=cpu dtype=float16 ...]
+  // (auto: first valid of VARLEN, ...; skipped REFERENCE: ...)" or "... (explicit)".
   std::string log_line() const;
+  // log_line() without the configuration, for output that states the configuration beside it
+  // (`attnkit select`): "attention backend VARLEN, kernel cpu-online-softmax (explicit)".
+  std::string choice_line() const;
 };
 
 // No backend runs the configuration. what() lists every reason of every candidate; as an Error,
@@ -66,10 +73,13 @@ class Selector {
   // Auto (nullopt): walks the platform's priority list; the first valid backend wins; none ->
   // SelectionError with every candidate's reasons.
   // Memoized on (every config field, name or none); the returned reference stays valid for the
-  // selector's lifetime. Failures are not cached. Each new selection is reported to the log sink.
+  // selector's lifetime. Failures are not cached (nor logged). The log follows the cache: the
+  // call that adds an entry passes its log_line() to the sink, once; every later call for that
+  // (configuration, name or none) is a hit and logs nothing, whichever thread makes it.
   const Selection& select(const AttentionConfig& config, std::optional<std::string_view> backend_name);
 
-  // The library never prints by itself; callers that want the S3 log line install a sink.
+  // The library never prints by itself; callers that want the S3 log line install a sink. It
+  // sees the selections made after it is installed (install it before the first select()).
   void set_log_sink(LogSink sink);
 
   std::size_t cache_hits() const;

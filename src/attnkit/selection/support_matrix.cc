@@ -1,5 +1,7 @@
 #include "attnkit/selection/support_matrix.h"
 
+#include <algorithm>
+
 #include "attnkit/selection/validate.h"
 
 namespace attnkit {
@@ -33,18 +35,27 @@ std::string combination_rules(const BackendCaps& caps) {
   return out;
 }
 
-// "small-heads (head sizes {64, 128}); large-heads (head sizes {256})": each variant in order of
-// preference with the sets it narrows (a variant that narrows nothing covers the whole row).
+// "small-heads (head sizes {64, 128}); large-heads (head sizes {256})" or "cpu-kernel (platforms
+// cpu); cuda-kernel (platforms cuda (sm_90))": each variant in order of preference with the sets it
+// narrows (a variant that narrows nothing covers the whole row). A variant's CUDA platform carries
+// its compute-capability range, as the platforms column does.
 std::string kernel_variants(const BackendCaps& caps) {
   if (caps.variants.empty()) return "none";
   std::string out;
   for (const VariantCaps& v : caps.variants) {
     std::vector<std::string> narrowed;
+    const bool cuda_listed = std::find(v.platforms.begin(), v.platforms.end(), PlatformKind::kCuda) != v.platforms.end();
+    if (!v.platforms.empty()) {
+      narrowed.push_back("platforms " + supported::platforms(v.platforms, v.cuda_compute_capability.value_or(
+                                                                              caps.cuda_compute_capability)));
+    }
+    if (v.cuda_compute_capability && !cuda_listed) {
+      narrowed.push_back("compute capability " + v.cuda_compute_capability->describe());
+    }
     if (!v.dtypes.empty()) narrowed.push_back("dtypes " + supported::dtypes(v.dtypes));
     if (!v.kv_cache_dtypes.empty()) narrowed.push_back("KV dtypes " + supported::dtypes(v.kv_cache_dtypes));
     if (!v.head_sizes.empty()) narrowed.push_back("head sizes " + supported::head_sizes(v.head_sizes));
     if (v.features) narrowed.push_back("features " + supported::features(*v.features));
-    if (v.cuda_compute_capability) narrowed.push_back("compute capability " + v.cuda_compute_capability->describe());
     if (!out.empty()) out += "; ";
     out += v.variant.name;
     for (std::size_t i = 0; i < narrowed.size(); ++i) out += (i ? ", " : " (") + narrowed[i];

@@ -46,6 +46,15 @@ void check_shape(const AttentionConfig& c, std::vector<Reason>& out) {
 
 // --- the checks of the sets a kernel variant may narrow: backends and variants run these same ones
 
+// `cuda_range` only describes the CUDA entry of the supported text; the range is checked apart.
+void check_platform(const std::vector<PlatformKind>& platforms, const ComputeCapabilityRange& cuda_range,
+                    const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!contains(platforms, c.platform.kind)) {
+    out.push_back(Reason{ReasonKind::kHardware, "platform", c.platform.describe(),
+                         supported::platforms(platforms, cuda_range), {}});
+  }
+}
+
 void check_compute_capability(const ComputeCapabilityRange& range, const AttentionConfig& c, std::vector<Reason>& out) {
   if (c.platform.kind == PlatformKind::kCuda && !range.contains(c.platform.compute_capability)) {
     out.push_back(Reason{ReasonKind::kHardware, "compute_capability",
@@ -84,9 +93,7 @@ void check_features(FeatureSet offered, const AttentionConfig& c, std::vector<Re
 // --- the backend
 
 void check_hardware(const BackendCaps& caps, const AttentionConfig& c, std::vector<Reason>& out) {
-  if (!contains(caps.platforms, c.platform.kind)) {
-    out.push_back(Reason{ReasonKind::kHardware, "platform", c.platform.describe(), supported::platforms(caps), {}});
-  }
+  check_platform(caps.platforms, caps.cuda_compute_capability, c, out);
   check_compute_capability(caps.cuda_compute_capability, c, out);
 }
 
@@ -151,8 +158,12 @@ void check_combinations(const BackendCaps& caps, const AttentionConfig& c, std::
 // --- the kernel variants
 
 // Only the sets `variant` narrows, by the backend's own checks; each reason names the variant.
-std::vector<Reason> variant_reasons(const VariantCaps& variant, const AttentionConfig& c) {
+// A variant's platforms are its own hardware: on a platform it does not declare it is refused even
+// where the backend runs (a CUDA kernel is never resolved for a CPU-platform configuration).
+std::vector<Reason> variant_reasons(const BackendCaps& caps, const VariantCaps& variant, const AttentionConfig& c) {
   std::vector<Reason> out;
+  const ComputeCapabilityRange& cuda_range = variant.cuda_compute_capability.value_or(caps.cuda_compute_capability);
+  if (!variant.platforms.empty()) check_platform(variant.platforms, cuda_range, c, out);
   if (variant.cuda_compute_capability) check_compute_capability(*variant.cuda_compute_capability, c, out);
   if (!variant.dtypes.empty()) check_dtype(variant.dtypes, c, out);
   if (!variant.kv_cache_dtypes.empty()) check_kv_cache_dtype(variant.kv_cache_dtypes, c, out);
@@ -217,7 +228,7 @@ VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig
     return resolution;
   }
   for (const VariantCaps& variant : caps.variants) {
-    std::vector<Reason> reasons = variant_reasons(variant, config);
+    std::vector<Reason> reasons = variant_reasons(caps, variant, config);
     if (reasons.empty()) return VariantResolution{&variant, {}};
     for (Reason& r : reasons) resolution.reasons.push_back(std::move(r));
   }
@@ -244,13 +255,15 @@ std::string parameter_value(const AttentionConfig& c, std::string_view parameter
 
 namespace supported {
 
-std::string platforms(const BackendCaps& caps) {
-  if (caps.platforms.empty()) return "none";
+std::string platforms(const BackendCaps& caps) { return platforms(caps.platforms, caps.cuda_compute_capability); }
+
+std::string platforms(const std::vector<PlatformKind>& values, const ComputeCapabilityRange& cuda_range) {
+  if (values.empty()) return "none";
   std::string out;
-  for (PlatformKind p : caps.platforms) {
+  for (PlatformKind p : values) {
     if (!out.empty()) out += ", ";
     out += to_string(p);
-    if (p == PlatformKind::kCuda) out += " (" + caps.cuda_compute_capability.describe() + ")";
+    if (p == PlatformKind::kCuda) out += " (" + cuda_range.describe() + ")";
   }
   return out;
 }

@@ -46,7 +46,8 @@ struct VariantResolution {
 };
 
 // Reads only what the variants narrow (a set a variant leaves empty is the backend's, which
-// validate() checks). validate() includes these reasons, so a configuration it accepts always
+// validate() checks), platforms included: a variant declaring only CUDA never covers a CPU
+// configuration. validate() includes these reasons, so a configuration it accepts always
 // resolves; a backend that declares no variant resolves nothing.
 VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig& config);
 
@@ -57,6 +58,8 @@ std::string parameter_value(const AttentionConfig& config, std::string_view para
 // The supported-set text of each parameter, as validate() reports it.
 namespace supported {
 std::string platforms(const BackendCaps& caps);  // "cpu, cuda (sm_80..sm_90)"
+// A list of platforms, `cuda_range` describing its CUDA entry (a kernel variant's platforms).
+std::string platforms(const std::vector<PlatformKind>& platforms, const ComputeCapabilityRange& cuda_range);
 std::string dtypes(const std::vector<DType>& dtypes);
 std::string head_sizes(const BackendCaps& caps);
 std::string head_sizes(const std::vector<int>& head_sizes);
