@@ -3,7 +3,8 @@
 # on the CPU machine into build-device/ (carry it): the GPU kernel tests, whole captured steps
 # through the runner, the GPU reference's conformance campaign (against the dense brute force and
 # the CPU reference), `attnkit replay` on random batches on the GPU, the demo, and
-# compute-sanitizer memcheck and racecheck on a small mixed batch. Everything goes to one log,
+# compute-sanitizer memcheck and racecheck on a small mixed batch (the runner's steps and the
+# VARLEN kernels' mixed-batch tests). Everything goes to one log,
 # $OUT/device_check.log (the device tool returns few files); the summary is printed last. Exits
 # non-zero if anything failed.
 set -uo pipefail
@@ -30,7 +31,7 @@ run() {
   local tests
   tests=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$part" | tr '\n' ' ')
   summary+=("$(printf '%-12s %-16s %4ss  %s' "$name" "$verdict" $((SECONDS - start)) "$tests")")
-  [[ $name == memcheck || $name == racecheck || $name == synccheck ]] && grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$part" | sed "s/^/$name: /" >>"$out/sanitizer.txt"
+  [[ $name == *memcheck || $name == *racecheck || $name == synccheck ]] && grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$part" | sed "s/^/$name: /" >>"$out/sanitizer.txt"
   [[ $name == demo ]] && tail -n 5 "$part" >"$out/demo_tail.txt"
   rm -f "$part"
 }
@@ -45,14 +46,17 @@ run() {
 run platform "$bin/test_platform"
 run kv_kernels "$bin/test_kv" --gtest_filter='KVUpdateKernel*:SlotMappingKernel*'
 run ref_kernel "$bin/test_backends" --gtest_filter='GpuReferenceKernel*'
+run varlen "$bin/test_backends" --gtest_filter='VarlenCuda*:VarlenPlan*'
 run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*'
-run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:ConformanceHarness*'
+run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
 run demo "$bin/attnkit" demo
 run engine_loop "$bin/engine_loop"
 run backends "$bin/attnkit" backends
 run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
 run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
+run varlen_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
+run varlen_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_kv" --gtest_filter='SlotMappingKernel.Random*'
 
 cat "$out/conditions.txt" "$out/sanitizer.txt" "$out/demo_tail.txt" 2>/dev/null

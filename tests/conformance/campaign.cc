@@ -251,12 +251,43 @@ std::vector<int> block_size_candidates(const BackendCaps& caps) {
 }
 
 
+BackendCaps declared_on(const BackendCaps& caps, PlatformKind platform) {
+  BackendCaps here = caps;
+  here.dtypes.clear();
+  here.kv_cache_dtypes.clear();
+  here.head_sizes.clear();
+  here.features = {};
+  auto add_all = [](auto& into, const auto& from) {
+    for (const auto& v : from)
+      if (!contains(into, v)) into.push_back(v);
+  };
+  for (const VariantCaps& v : caps.variants) {
+    if (!v.platforms.empty() && !contains(v.platforms, platform)) continue;
+    add_all(here.dtypes, v.dtypes.empty() ? caps.dtypes : v.dtypes);
+    add_all(here.kv_cache_dtypes, v.kv_cache_dtypes.empty() ? caps.kv_cache_dtypes : v.kv_cache_dtypes);
+    add_all(here.head_sizes, v.head_sizes.empty() ? caps.head_sizes : v.head_sizes);
+    for (Feature f : kAllFeatures)
+      if (v.features.value_or(caps.features).has(f)) here.features.add(f);
+  }
+  // Keep the backend's order of each set.
+  auto in_order = [](auto& set, const auto& order) {
+    std::stable_sort(set.begin(), set.end(), [&](const auto& a, const auto& b) {
+      return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+    });
+  };
+  in_order(here.dtypes, caps.dtypes);
+  in_order(here.kv_cache_dtypes, caps.kv_cache_dtypes);
+  in_order(here.head_sizes, caps.head_sizes);
+  return here;
+}
+
 CampaignResult run_campaign(const BackendType& backend, int random_runs) {
-  const BackendCaps& caps = backend.caps();
-  const Platform platform = platform_here(caps).value_or(Platform::cpu());
+  const Platform platform = platform_here(backend.caps()).value_or(Platform::cpu());
+  const BackendCaps caps = declared_on(backend.caps(), platform.kind);
   const std::vector<int> blocks = block_size_candidates(caps);
   std::mt19937 rng(seed_of(caps.name));
   CampaignResult result;
+  result.platform = platform.kind;
   std::vector<std::string> all_failures;
 
   auto run = [&](const ConformanceCase& c) {
@@ -338,7 +369,8 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   return result;
 }
 
-std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& r) {
+std::vector<std::string> unexercised(const BackendCaps& declared, const CampaignResult& r) {
+  const BackendCaps caps = declared_on(declared, r.platform);
   const Coverage& cov = r.coverage;
   std::vector<std::string> missing = r.unreachable;
   for (DType d : caps.dtypes)

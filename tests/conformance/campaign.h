@@ -41,17 +41,23 @@ struct Coverage {
 };
 
 struct CampaignResult {
+  PlatformKind platform = PlatformKind::kCpu;  // where the runs ran
   int runs = 0;
   std::vector<std::string> failures;    // one line per failing run (capped), case included
   std::vector<std::string> unreachable; // declared values no valid configuration could exercise
   Coverage coverage;
 };
 
+// What `caps` declares for one platform: its sets narrowed to the union of the kernel variants
+// that run there (a backend with CPU and CUDA kernels may declare a value for one of them only;
+// each platform's campaign must exercise what that platform's variants declare).
+BackendCaps declared_on(const BackendCaps& caps, PlatformKind platform);
+
 // The page sizes the campaign tries for a backend: an explicit set as declared; for "multiple of m"
 // the first three multiples plus the first multiple >= 16.
 std::vector<int> block_size_candidates(const BackendCaps& caps);
 
-// Every capability `caps` declares that `result` never exercised (plus its unreachable values),
+// Every capability `caps` declares on result.platform (declared_on) that `result` never exercised (plus its unreachable values),
 // e.g. "head_size 256", "feature cascade", "sliding window 1". Empty = full S6 coverage.
 std::vector<std::string> unexercised(const BackendCaps& caps, const CampaignResult& result);
 

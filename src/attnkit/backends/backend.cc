@@ -30,8 +30,9 @@ AttentionConfig LayerParams::attention_config() const {
   return config;
 }
 
-void check_layer_params(const BackendCaps& caps, const LayerParams& p) {
-  const AttentionConfig config = p.attention_config();
+void check_layer_params(const BackendCaps& caps, const LayerParams& p, PlatformKind platform) {
+  AttentionConfig config = p.attention_config();
+  config.platform.kind = platform;
   for (const CombinationRule& rule : caps.combination_rules) {
     ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
                     std::string(caps.name) + ": " + std::string(rule.explanation));

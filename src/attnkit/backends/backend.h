@@ -49,7 +49,9 @@ struct LayerParams {
 // Impl constructors call this: the backend's combination rules (the same functions the selector
 // runs, so an impl never accepts what the selector refuses) and the shape of the optional
 // parameters (sinks / ALiBi sizes, positive window and soft-cap). Throws attnkit::Error.
-void check_layer_params(const BackendCaps& caps, const LayerParams& params);
+// `platform` is where the impl runs: a rule may concern one platform's kernels only.
+void check_layer_params(const BackendCaps& caps, const LayerParams& params,
+                        PlatformKind platform = PlatformKind::kCpu);
 
 // KernelVariant (the handle an impl dispatches on) and VariantCaps live in capabilities.h, beside
 // the declaration that lists a backend's variants.

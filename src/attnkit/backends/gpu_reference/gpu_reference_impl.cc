@@ -55,7 +55,7 @@ GpuReferenceImpl::GpuReferenceImpl(const LayerParams& params) : params_(params) 
                   std::string(to_string(params.kv_cache_dtype)), describe_dtypes(caps.kv_cache_dtypes));
   ATTNKIT_REQUIRE(contains(caps.attention_types, params.attn_type), "attn_type",
                   std::string(to_string(params.attn_type)), "decoder, encoder, encoder_only");
-  check_layer_params(caps, params);
+  check_layer_params(caps, params, PlatformKind::kCuda);
   alibi_slopes_ = on_device(params.alibi_slopes);
   sinks_ = on_device(params.sinks);
   kernels::GpuReferenceParams& k = kernel_params_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "attnkit/backends/gpu_reference/gpu_reference_kernel.h"
+#include "attnkit/kernels/common/batch_rows.cuh"
 #include "attnkit/kernels/common/dtype_device.cuh"
 #include "attnkit/kernels/common/partial_merge.h"
 #include "attnkit/kernels/common/score.h"
@@ -147,23 +148,6 @@ __device__ Partial attend(const GpuReferenceParams& p, const RowContext& row, Sc
   return r;
 }
 
-// The request owning query row t (query_start_loc[r] <= t < query_start_loc[r + 1]), or -1 for
-// a padding row. Empty padding requests share their start with the next request, so the last
-// start <= t belongs to a request with rows.
-__device__ int request_of_row(const GpuReferenceParams& p, std::int32_t t) {
-  if (p.num_reqs <= 0 || t < p.query_start_loc[0] || t >= p.query_start_loc[p.num_reqs]) return -1;
-  int lo = 0, hi = p.num_reqs;
-  while (hi - lo > 1) {
-    const int mid = lo + (hi - lo) / 2;
-    if (p.query_start_loc[mid] <= t) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 __device__ void write_row(const GpuReferenceParams& p, std::int32_t t, int h, const Partial& r) {
   const std::int64_t base = t * p.o_stride_token + h * p.o_stride_head;
 #pragma unroll
@@ -183,7 +167,7 @@ __global__ void __launch_bounds__(kThreads) gpu_reference_kernel(const __grid_co
   __shared__ Scratch s;
   const auto t = static_cast<std::int32_t>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y);
-  const int r = request_of_row(p, t);
+  const int r = request_of_token(p.query_start_loc, p.num_reqs, t);
   if (r < 0) {  // a padding row
     write_row(p, t, h, empty_partial());
     return;

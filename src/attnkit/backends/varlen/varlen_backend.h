@@ -9,14 +9,17 @@
 namespace attnkit {
 
 struct VarlenBackend {
-  // Its kernel variants are declared in caps().variants (the CPU issue has one; the CUDA issue
-  // adds its kernels there, each with the sets it covers).
+  // Its kernel variants are declared in caps().variants, each with the sets it covers.
   static const BackendCaps& caps();
   // Throws attnkit::Error for parameters outside caps() or a variant caps() does not declare.
   static std::unique_ptr<AttentionImpl> make_impl(const LayerParams& params, KernelVariant variant);
   static std::unique_ptr<MetadataBuilder> make_builder(const BuilderContext& ctx);
 };
 
+// In order of preference. The CUDA kernels (varlen_kernel.h) run on sm_90; the KV dtype picks
+// between the 16-bit and the fp8 instantiations.
+inline constexpr KernelVariant kVarlenCudaVariant{"cuda-mma-kv16", 1};
+inline constexpr KernelVariant kVarlenCudaFp8Variant{"cuda-mma-kv-fp8", 2};
 inline constexpr KernelVariant kVarlenCpuVariant{"cpu-online-softmax", 0};
 
 }  // namespace attnkit

@@ -4,12 +4,41 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/backends/varlen/varlen_kernel.h"
+#include "attnkit/backends/varlen/varlen_plan.h"
 #include "attnkit/metadata/common.h"
 #include "attnkit/metadata/metadata.h"
 
 namespace attnkit {
 
-// Spans point into buffers the builder allocated at construction (stable addresses, C3).
+// The CUDA builder's plan: device addresses in its fixed-address workspace (C3) and the host
+// summary of what it chose. The kernel reads the device arrays; the host values size the launch.
+struct VarlenDevicePlan {
+  DeviceSpan<const std::int32_t> query_start_loc;  // [num_reqs_padded + 1], the runner's
+  DeviceSpan<const std::int32_t> seq_lens;         // [num_reqs_padded], device truth
+  DeviceBlockTable block_table;                    // [num_reqs_padded, row_stride]
+  std::int32_t num_reqs_padded = 0;
+  std::int32_t num_tokens_padded = 0;
+  const kernels::VarlenWorkItem* work_items = nullptr;
+  const std::int32_t* num_work_items = nullptr;  // device scalar
+  const kernels::VarlenMergeItem* merge_items = nullptr;
+  const std::int32_t* num_merge_items = nullptr;  // device scalar
+  const std::int32_t* partial_base = nullptr;
+  const std::int32_t* num_partials = nullptr;
+  float* partial_out = nullptr;
+  float* partial_lse = nullptr;
+  // Launch bounds: exact for an eager launch; for a captured graph the capacity of the padded
+  // shape, so every later step of that shape fits the captured grid.
+  std::int32_t eager_work_items = 0;
+  std::int32_t eager_merge_items = 0;
+  std::int32_t graph_work_items = 0;
+  std::int32_t graph_merge_items = 0;
+  bool graph_launch = false;  // set by enqueue(): the step is being captured into a CUDA graph
+  VarlenPlanSummary summary;
+};
+
+// Spans point into buffers the builder allocated at construction (stable addresses, C3). The CPU
+// builder fills the host spans; the CUDA builder fills `device` (and leaves the spans empty).
 struct VarlenMetadata final : AttentionMetadata {
   explicit VarlenMetadata(const BackendCaps& owner) : AttentionMetadata(owner) {}
 
@@ -24,6 +53,8 @@ struct VarlenMetadata final : AttentionMetadata {
   // [num_reqs, row_stride] kernel page IDs; row r is valid up to ceil(seqused_k[r] / page_size).
   BlockTableView block_table;
   std::span<const std::int64_t> slot_mapping;  // [num_actual_tokens]; -1 = padding
+  bool device_plan = false;  // built by the CUDA builder: `device` is the plan
+  VarlenDevicePlan device;
 
   void visit(FieldVisitor& visitor) const override;
 };

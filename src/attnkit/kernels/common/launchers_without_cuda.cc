@@ -3,6 +3,7 @@
 // Error. They are unreachable in practice: without CUDA no platform has device memory.
 #if !ATTNKIT_HAVE_CUDA
 #include "attnkit/backends/gpu_reference/gpu_reference_kernel.h"
+#include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kv/kv_update_kernel.h"
 #include "attnkit/kv/slot_mapping_kernel.h"
 
@@ -16,6 +17,9 @@ LaunchStatus launch_kv_update(const KVUpdateParams&, void*) { return {kNoDevice,
 LaunchStatus launch_seq_lens(const SeqLensParams&, void*) { return {kNoDevice, "seq_lens"}; }
 LaunchStatus launch_slot_mapping(const SlotMappingParams&, void*) { return {kNoDevice, "slot_mapping"}; }
 LaunchStatus launch_gpu_reference(const GpuReferenceParams&, void*) { return {kNoDevice, "gpu_reference"}; }
+LaunchStatus launch_varlen_attention(const VarlenParams&, void*) { return {kNoDevice, "varlen_attention"}; }
+LaunchStatus varlen_occupancy(int, DType, DType, VarlenOccupancy*) { return {kNoDevice, "varlen_attention"}; }
+bool varlen_instantiated(int, DType, DType) { return false; }
 
 }  // namespace attnkit::kernels
 #endif

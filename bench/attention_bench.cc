@@ -1,0 +1,1190 @@
+// attnkit_attention_bench: device time of one attention layer's forward on the GPU, per workload,
+// next to the ceilings measured in the same run (device-to-device copy bandwidth, cuBLAS bf16
+// GEMM rate).
+//
+// Per workload: a ModelRunner with one attention layer (bf16 activations, 32 query / 8 KV heads,
+// head size 128, causal), the requested backend chosen explicitly, block tables drawn as a random
+// permutation of the KV blocks (physical order unrelated to logical order), the whole KV cache and
+// the queries filled with random values generated on the host. prepare_step runs once; then only
+// the layer's impl->forward is timed: per iteration the L2 is flushed (outside the timed region)
+// and the forward is bracketed by two CUDA events; a second measurement runs --iters forwards back
+// to back ("hot"). Unless --no-check, the benchmarked output is first compared with the
+// GPU_REFERENCE backend run on the same KV cache and queries.
+//
+// Exit status: 0 when every workload ran and its check passed (or was skipped), 1 when a workload
+// FAILED its check or stopped with an ERROR, 2 for bad flags. Without a usable GPU (or on a CUDA
+// error while reading the conditions or measuring the ceilings) it prints "no GPU: <reason>" and
+// exits 0.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
+#include "attnkit/core/dtype.h"
+#include "attnkit/core/error.h"
+#include "attnkit/core/tensor.h"
+#include "attnkit/metadata/forward_context.h"
+#include "attnkit/platform/memory.h"
+#include "attnkit/platform/platform.h"
+#include "attnkit/runner/model_runner.h"
+#include "attnkit/selection/registry.h"
+
+namespace {
+
+using attnkit::DType;
+using json = nlohmann::json;
+
+// ---- fixed model shape --------------------------------------------------------------------------
+
+constexpr int kQHeads = 32;
+constexpr int kKVHeads = 8;
+constexpr int kHeadSize = 128;
+constexpr DType kActivation = DType::kBFloat16;
+constexpr float kFp8Scale = 0.05f;  // k_scale = v_scale of the fp8 workload
+
+constexpr std::size_t kCopyBytes = std::size_t{1} << 31;       // 2 GiB copy-bandwidth buffer
+constexpr std::size_t kFlushBytes = std::size_t{512} << 20;    // L2 flush scratch
+constexpr int kGemmN = 8192;                                   // m = n = k
+constexpr int kCeilingWarmup = 3;
+constexpr int kCeilingIters = 15;                              // >= 10 timed repetitions
+
+// ---- errors -------------------------------------------------------------------------------------
+
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void cuda_try(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  }
+}
+#define CUDA_TRY(expr) cuda_try((expr), #expr)
+
+void cublas_try(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw CudaError(std::string(what) + ": " + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
+  }
+}
+#define CUBLAS_TRY(expr) cublas_try((expr), #expr)
+
+// ---- small RAII wrappers ------------------------------------------------------------------------
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) CUDA_TRY(cudaMalloc(&ptr_, bytes));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class Event {
+ public:
+  Event() { CUDA_TRY(cudaEventCreate(&event_)); }
+  ~Event() {
+    if (event_) cudaEventDestroy(event_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  Event& operator=(Event&&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class StreamHandle {
+ public:
+  StreamHandle() { CUDA_TRY(cudaStreamCreate(&stream_)); }
+  ~StreamHandle() {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+  cudaStream_t get() const { return stream_; }
+  attnkit::Stream attnkit_stream() const { return attnkit::Stream{stream_}; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle() { CUBLAS_TRY(cublasCreate(&handle_)); }
+  ~CublasHandle() {
+    if (handle_) cublasDestroy(handle_);
+  }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+float elapsed_ms(const Event& start, const Event& end) {
+  float ms = 0.0f;
+  CUDA_TRY(cudaEventElapsedTime(&ms, start.get(), end.get()));
+  return ms;
+}
+
+// ---- statistics ---------------------------------------------------------------------------------
+
+struct Stats {
+  double median = 0, min = 0, p90 = 0, max = 0;
+};
+
+Stats stats_of(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  // Nearest rank: the smallest value with at least 90% of the samples at or below it.
+  const auto rank = static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(n)));
+  s.p90 = v[std::max<std::size_t>(rank, 1) - 1];
+  return s;
+}
+
+// ---- random data, generated on the host in the element encoding ---------------------------------
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t seed_of(std::string_view name, std::uint64_t salt) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return splitmix64(h ^ salt);
+}
+
+// Element i of the stream is a function of (seed, i) only, so the data do not depend on how the
+// work is split over threads or chunks.
+float uniform_at(std::uint64_t seed, std::uint64_t i, float lo, float hi) {
+  const std::uint64_t bits = splitmix64(seed ^ (i * 0xD1B54A32D192ED03ull));
+  const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+  return lo + (hi - lo) * u;
+}
+
+void encode_range(unsigned char* out, DType dtype, std::uint64_t first, std::uint64_t count, std::uint64_t seed,
+                  float lo, float hi) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const std::uint16_t b = attnkit::float_to_bfloat16(uniform_at(seed, first + i, lo, hi));
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+      break;
+    case DType::kFloat16:
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const std::uint16_t b = attnkit::float_to_half(uniform_at(seed, first + i, lo, hi));
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+      break;
+    case DType::kFp8E4M3:
+      for (std::uint64_t i = 0; i < count; ++i) out[i] = attnkit::float_to_fp8_e4m3(uniform_at(seed, first + i, lo, hi));
+      break;
+    case DType::kFp8E5M2:
+      for (std::uint64_t i = 0; i < count; ++i) out[i] = attnkit::float_to_fp8_e5m2(uniform_at(seed, first + i, lo, hi));
+      break;
+    case DType::kFloat32:
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const float f = uniform_at(seed, first + i, lo, hi);
+        std::memcpy(out + 4 * i, &f, 4);
+      }
+      break;
+  }
+}
+
+// Fills `num_elements` elements of `dtype` at device address `dst` with values uniform in
+// [lo, hi], encoded on the host (several threads) and copied with cudaMemcpy, chunk by chunk.
+void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi) {
+  const std::size_t elem = attnkit::size_of(dtype);
+  constexpr std::uint64_t kChunkElements = std::uint64_t{64} << 20;
+  const std::uint64_t chunk = std::min(num_elements, kChunkElements);
+  if (chunk == 0) return;
+  std::vector<unsigned char> host(static_cast<std::size_t>(chunk) * elem);
+  const unsigned hw = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  for (std::uint64_t begin = 0; begin < num_elements; begin += chunk) {
+    const std::uint64_t count = std::min(chunk, num_elements - begin);
+    const unsigned threads = count < (std::uint64_t{1} << 16) ? 1u : hw;
+    const std::uint64_t per = (count + threads - 1) / threads;
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      const std::uint64_t a = std::min(count, t * per);
+      const std::uint64_t b = std::min(count, a + per);
+      if (a >= b) break;
+      pool.emplace_back(encode_range, host.data() + a * elem, dtype, begin + a, b - a, seed, lo, hi);
+    }
+    for (std::thread& th : pool) th.join();
+    CUDA_TRY(cudaMemcpy(static_cast<unsigned char*>(dst) + begin * elem, host.data(), static_cast<std::size_t>(count) * elem,
+                        cudaMemcpyHostToDevice));
+  }
+}
+
+// ---- conditions and ceilings --------------------------------------------------------------------
+
+std::string version_string(int v) {  // CUDA encodes 12080 as 12.8
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+struct Conditions {
+  std::string gpu_name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+  std::size_t memory_bytes = 0;
+  std::string driver_version, runtime_version, cublas_version;
+  std::string date_utc;
+  std::string commit;
+  int host_threads = 0;
+};
+
+Conditions read_conditions() {
+  Conditions c;
+  int device = 0;
+  CUDA_TRY(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  c.gpu_name = prop.name;
+  c.cc_major = prop.major;
+  c.cc_minor = prop.minor;
+  c.sm_count = prop.multiProcessorCount;
+  c.l2_bytes = static_cast<std::size_t>(prop.l2CacheSize);
+  c.memory_bytes = prop.totalGlobalMem;
+  int driver = 0, runtime = 0;
+  CUDA_TRY(cudaDriverGetVersion(&driver));
+  CUDA_TRY(cudaRuntimeGetVersion(&runtime));
+  c.driver_version = version_string(driver) + " (" + std::to_string(driver) + ")";
+  c.runtime_version = version_string(runtime) + " (" + std::to_string(runtime) + ")";
+  int major = 0, minor = 0, patch = 0;
+  CUBLAS_TRY(cublasGetProperty(MAJOR_VERSION, &major));
+  CUBLAS_TRY(cublasGetProperty(MINOR_VERSION, &minor));
+  CUBLAS_TRY(cublasGetProperty(PATCH_LEVEL, &patch));
+  c.cublas_version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  c.date_utc = utc_now();
+  const char* commit = std::getenv("ATTNKIT_COMMIT");
+  c.commit = commit && *commit ? commit : "unknown";
+  c.host_threads = static_cast<int>(std::thread::hardware_concurrency());
+  return c;
+}
+
+struct Ceilings {
+  Stats copy_ms;
+  double copy_tbps = 0;  // (read + written) / median time
+  Stats gemm_ms;
+  double gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(cudaStream_t stream) {
+  Ceilings c;
+  {
+    DeviceBuffer src(kCopyBytes), dst(kCopyBytes);
+    CUDA_TRY(cudaMemsetAsync(src.get(), 0x3c, kCopyBytes, stream));
+    CUDA_TRY(cudaMemsetAsync(dst.get(), 0, kCopyBytes, stream));
+    Event start, end;
+    std::vector<double> ms;
+    for (int i = 0; i < kCeilingWarmup + kCeilingIters; ++i) {
+      CUDA_TRY(cudaEventRecord(start.get(), stream));
+      CUDA_TRY(cudaMemcpyAsync(dst.get(), src.get(), kCopyBytes, cudaMemcpyDeviceToDevice, stream));
+      CUDA_TRY(cudaEventRecord(end.get(), stream));
+      CUDA_TRY(cudaEventSynchronize(end.get()));
+      if (i >= kCeilingWarmup) ms.push_back(elapsed_ms(start, end));
+    }
+    c.copy_ms = stats_of(ms);
+    c.copy_tbps = 2.0 * static_cast<double>(kCopyBytes) / (c.copy_ms.median * 1e-3) / 1e12;
+  }
+  {
+    const std::size_t elems = static_cast<std::size_t>(kGemmN) * kGemmN;
+    DeviceBuffer a(elems * 2), b(elems * 2), out(elems * 2);
+    fill_device_random(a.get(), elems, DType::kBFloat16, 0xA11CEull, -1.0f, 1.0f);
+    fill_device_random(b.get(), elems, DType::kBFloat16, 0xB0Bull, -1.0f, 1.0f);
+    CUDA_TRY(cudaMemset(out.get(), 0, elems * 2));
+    CublasHandle handle;
+    CUBLAS_TRY(cublasSetStream(handle.get(), stream));
+    const float alpha = 1.0f, beta = 0.0f;
+    Event start, end;
+    std::vector<double> ms;
+    for (int i = 0; i < kCeilingWarmup + kCeilingIters; ++i) {
+      CUDA_TRY(cudaEventRecord(start.get(), stream));
+      CUBLAS_TRY(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, kGemmN, kGemmN, kGemmN, &alpha, a.get(),
+                              CUDA_R_16BF, kGemmN, b.get(), CUDA_R_16BF, kGemmN, &beta, out.get(), CUDA_R_16BF, kGemmN,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CUDA_TRY(cudaEventRecord(end.get(), stream));
+      CUDA_TRY(cudaEventSynchronize(end.get()));
+      if (i >= kCeilingWarmup) ms.push_back(elapsed_ms(start, end));
+    }
+    c.gemm_ms = stats_of(ms);
+    const double n = kGemmN;
+    c.gemm_tflops = 2.0 * n * n * n / (c.gemm_ms.median * 1e-3) / 1e12;
+  }
+  return c;
+}
+
+// ---- workloads ----------------------------------------------------------------------------------
+
+enum class Kind { kDecode, kPrefill, kMixed };
+
+std::string_view to_string(Kind k) {
+  switch (k) {
+    case Kind::kDecode: return "decode";
+    case Kind::kPrefill: return "prefill";
+    case Kind::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+struct BenchRequest {
+  int query_len = 1;
+  int context = 0;  // num_computed_tokens; seq_len = context + query_len
+  int seq_len() const { return context + query_len; }
+};
+
+struct Workload {
+  std::string name;
+  Kind kind = Kind::kDecode;
+  std::vector<BenchRequest> requests;  // the scheduler's order
+  int page_size = 16;
+  DType kv_dtype = DType::kBFloat16;
+  bool helper = false;  // measured only as a part of the mixed workload's ratio
+  std::vector<std::string> parts;  // mixed: the helper workloads it is compared with
+};
+
+// `batch` decodes at `context` (query length 1, seq_len = context).
+std::vector<BenchRequest> decodes(int batch, int context) {
+  return std::vector<BenchRequest>(static_cast<std::size_t>(batch), BenchRequest{1, context - 1});
+}
+// `batch` causal prefills of `n` tokens with no context.
+std::vector<BenchRequest> prefills(int batch, int n) {
+  return std::vector<BenchRequest>(static_cast<std::size_t>(batch), BenchRequest{n, 0});
+}
+
+std::vector<Workload> workload_table() {
+  std::vector<Workload> w;
+  const auto decode = [&](std::string name, int batch, int context, int page = 16, DType kv = DType::kBFloat16,
+                          bool helper = false) {
+    w.push_back({std::move(name), Kind::kDecode, decodes(batch, context), page, kv, helper, {}});
+  };
+  const auto prefill = [&](std::string name, int batch, int n, bool helper = false) {
+    w.push_back({std::move(name), Kind::kPrefill, prefills(batch, n), 16, DType::kBFloat16, helper, {}});
+  };
+  decode("decode_64x4096", 64, 4096);
+  decode("decode_128x2048", 128, 2048);
+  decode("decode_256x1024", 256, 1024);
+  decode("decode_32x16384", 32, 16384);
+  decode("decode_8x32768", 8, 32768);
+  decode("decode_16x4096", 16, 4096);
+  decode("decode_1x4096", 1, 4096);
+  decode("decode_fp8_64x4096", 64, 4096, 16, DType::kFp8E4M3);
+  decode("decode_64x4096_page64", 64, 4096, 64);
+  decode("decode_64x4096_page4096", 64, 4096, 4096);
+  prefill("prefill_1x16384", 1, 16384);
+  prefill("prefill_16x1024", 16, 1024);
+  // The two parts of the mixed step, measured alone in the same run.
+  decode("decode_32x4096", 32, 4096, 16, DType::kBFloat16, /*helper=*/true);
+  prefill("prefill_1x2048", 1, 2048, /*helper=*/true);
+  {
+    Workload m{"mixed_32x4096_plus_2048", Kind::kMixed, decodes(32, 4096), 16, DType::kBFloat16, false,
+               {"decode_32x4096", "prefill_1x2048"}};
+    m.requests.push_back({2048, 0});
+    w.push_back(std::move(m));
+  }
+  return w;
+}
+
+// ---- one workload -------------------------------------------------------------------------------
+
+struct CheckResult {
+  std::string result = "not run";  // "passed", "FAILED", "skipped (...)", "not run (--no-check)"
+  double max_abs_diff = 0, max_abs_ref = 0, worst_excess = 0, rms_diff = 0, rms_ref = 0;
+  std::int64_t bad_elements = 0, elements = 0;
+};
+
+struct Result {
+  const Workload* workload = nullptr;
+  std::string status = "ERROR";  // OK, FAILED (check), ERROR (exception)
+  std::string error;
+  std::string backend, variant, selection_log, kv_layout;
+  int kernel_block_size = 0;
+  std::int64_t num_reqs = 0, num_tokens = 0, num_blocks = 0;
+  double kv_bytes = 0, flops = 0, kv_cache_bytes = 0;
+  bool timed = false;
+  Stats us;
+  double hot_us = 0;
+  std::vector<double> samples_us;
+  CheckResult check;
+  std::optional<double> mixed_ratio;
+  std::string mixed_ratio_note;
+};
+
+struct Options {
+  std::vector<std::string> workloads;  // empty = all
+  std::string backend = "VARLEN";
+  int iters = 30;
+  int warmup = 5;
+  std::optional<std::string> out_dir;
+  bool check = true;
+};
+
+attnkit::LayerSpec layer_spec(const Workload& w) {
+  attnkit::LayerSpec l;
+  l.name = "layers.0.attn";
+  l.params.num_q_heads = kQHeads;
+  l.params.num_kv_heads = kKVHeads;
+  l.params.head_size = kHeadSize;
+  l.params.dtype = kActivation;
+  l.params.kv_cache_dtype = w.kv_dtype;
+  l.params.attn_type = attnkit::AttentionType::kDecoder;
+  l.kv_spec.kind = attnkit::KVSpecKind::kFullAttention;
+  l.kv_spec.block_size = w.page_size;
+  l.kv_spec.num_kv_heads = kKVHeads;
+  l.kv_spec.head_size = kHeadSize;
+  l.kv_spec.dtype = w.kv_dtype;
+  return l;
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Compares the benchmarked output with the reference, element by element (bf16 bits on the host).
+CheckResult compare(const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& ref) {
+  CheckResult c;
+  c.elements = static_cast<std::int64_t>(ref.size());
+  c.worst_excess = -std::numeric_limits<double>::infinity();
+  double sum_d = 0, sum_r = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = attnkit::bfloat16_to_float(got[i]);
+    const double r = attnkit::bfloat16_to_float(ref[i]);
+    const double d = std::abs(g - r);
+    const double tol = 2e-2 + 2e-2 * std::abs(r);
+    if (!(d <= tol)) ++c.bad_elements;  // NaN on either side fails
+    if (std::isfinite(d)) {
+      c.max_abs_diff = std::max(c.max_abs_diff, d);
+      c.worst_excess = std::max(c.worst_excess, d - tol);
+      sum_d += d * d;
+    } else {
+      c.max_abs_diff = std::numeric_limits<double>::infinity();
+    }
+    if (std::isfinite(r)) {
+      c.max_abs_ref = std::max(c.max_abs_ref, std::abs(r));
+      sum_r += r * r;
+    }
+  }
+  if (!ref.empty()) {
+    c.rms_diff = std::sqrt(sum_d / static_cast<double>(ref.size()));
+    c.rms_ref = std::sqrt(sum_r / static_cast<double>(ref.size()));
+  }
+  // Long contexts average thousands of random values to outputs near 1e-2, where the absolute
+  // bound alone would pass an all-zero output: the relative RMS error must also be small (bf16
+  // rounding gives about 0.4%).
+  const bool rms_ok = c.rms_diff <= 0.02 * c.rms_ref;
+  c.result = c.bad_elements == 0 && rms_ok ? "passed" : "FAILED";
+  return c;
+}
+
+// Sizes of a workload, its KV bytes read and the (query, key) pairs a causal attention visits.
+struct Shape {
+  int num_reqs = 0, tokens = 0, max_seq = 0, num_blocks = 0, max_pages = 1;
+  double kv_bytes = 0, flops = 0;
+};
+
+Shape shape_of(const Workload& w) {
+  Shape sh;
+  sh.num_reqs = static_cast<int>(w.requests.size());
+  double pairs = 0, kv_tokens = 0;
+  for (const BenchRequest& r : w.requests) {
+    sh.tokens += r.query_len;
+    sh.max_seq = std::max(sh.max_seq, r.seq_len());
+    const int pages = ceil_div(r.seq_len(), w.page_size);
+    sh.num_blocks += pages;
+    sh.max_pages = std::max(sh.max_pages, pages);
+    kv_tokens += r.seq_len();
+    // Query i (0-based) of the request sees context + i + 1 keys.
+    pairs += static_cast<double>(r.query_len) * r.context + 0.5 * r.query_len * (r.query_len + 1.0);
+  }
+  sh.kv_bytes = kv_tokens * kKVHeads * kHeadSize * 2.0 * static_cast<double>(attnkit::size_of(w.kv_dtype));
+  sh.flops = 4.0 * kHeadSize * kQHeads * pairs;
+  return sh;
+}
+
+// One attention layer, sized for exactly this workload: as many KV blocks as the step's pages.
+attnkit::RunnerConfig runner_config(const Workload& w, const Shape& sh, const attnkit::Platform& platform,
+                                    const std::string& backend) {
+  attnkit::RunnerConfig config;
+  config.platform = platform;
+  config.backend = backend;
+  config.max_num_reqs = sh.num_reqs;
+  config.max_num_tokens = sh.tokens;
+  config.max_model_len = sh.max_seq;
+  config.num_manager_blocks = sh.num_blocks;  // the block tables permute all of them
+  config.capture_sizes = {};
+  if (attnkit::is_fp8(w.kv_dtype)) {
+    config.k_scale = kFp8Scale;
+    config.v_scale = kFp8Scale;
+  }
+  return config;
+}
+
+// The step as the engine hands it over: requests in the order the runner asks for, block ids a
+// random permutation (fixed seed) of all the KV blocks, so physical order is unrelated to logical.
+struct StepPlan {
+  std::vector<std::int32_t> ids, lens, computed, rows;
+  std::vector<attnkit::ManagerBlockTable> tables;
+  attnkit::StepInput step;
+};
+
+void build_step(const Workload& w, const Shape& sh, attnkit::ModelRunner& runner, StepPlan& plan) {
+  const auto n = static_cast<std::size_t>(sh.num_reqs);
+  const auto stride = static_cast<std::size_t>(sh.max_pages);
+  std::vector<std::int32_t> sched_lens;
+  for (const BenchRequest& r : w.requests) sched_lens.push_back(r.query_len);
+  const attnkit::BatchReorder& order = runner.order_requests(sched_lens);
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(sh.num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(seed_of(w.name, 2));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  plan.ids.assign(n, 0);
+  plan.lens.assign(n, 0);
+  plan.computed.assign(n, 0);
+  plan.rows.assign(n * stride, -1);  // entries past a request's pages are never read
+  std::size_t next_block = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto from = static_cast<std::size_t>(order.order()[i]);
+    const BenchRequest& r = w.requests[from];
+    plan.ids[i] = static_cast<std::int32_t>(from);
+    plan.lens[i] = r.query_len;
+    plan.computed[i] = r.context;
+    const int pages = ceil_div(r.seq_len(), w.page_size);
+    for (int p = 0; p < pages; ++p) plan.rows[i * stride + static_cast<std::size_t>(p)] = perm[next_block++];
+  }
+  plan.tables = {{plan.rows, sh.max_pages}};
+  plan.step = attnkit::StepInput{};
+  plan.step.request_ids = plan.ids;
+  plan.step.query_lens = plan.lens;
+  plan.step.num_computed_tokens = plan.computed;
+  plan.step.block_tables = plan.tables;
+}
+
+void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe& gpu, const StreamHandle& stream,
+                  const DeviceBuffer& flush, Result& res) {
+  res.workload = &w;
+  const attnkit::Stream s = stream.attnkit_stream();
+  const Shape sh = shape_of(w);
+  const int n = sh.num_reqs;
+  const int tokens = sh.tokens;
+  res.num_reqs = n;
+  res.num_tokens = tokens;
+  res.num_blocks = sh.num_blocks;
+  res.kv_bytes = sh.kv_bytes;
+  res.flops = sh.flops;
+
+  std::vector<attnkit::LayerSpec> layers = {layer_spec(w)};
+  const attnkit::LayerSpec spec = layers.front();
+  auto runner = std::make_unique<attnkit::ModelRunner>(
+      std::move(layers),
+      runner_config(w, sh, attnkit::Platform::cuda(gpu.compute_capability, gpu.device_name), opt.backend));
+  const attnkit::LayerId id = runner->layer_id_at(0);
+  const attnkit::Selection& sel = runner->selection(id);
+  res.backend = std::string(sel.backend->name());
+  res.variant = std::string(sel.variant.name);
+  res.selection_log = sel.log_line();
+  const attnkit::KVGroupState& group = runner->kv_groups().front();
+  res.kv_layout = std::string(attnkit::to_string(group.geometry.layout));
+  res.kernel_block_size = group.geometry.kernel_block_size;
+
+  // The whole KV cache of the layer: random values of its dtype (fp8: stored values in
+  // [-1/scale, 1/scale], so the real values are in [-1, 1] like the bf16 ones).
+  const attnkit::KVCacheView& kv = runner->kv_cache(id);
+  res.kv_cache_bytes = static_cast<double>(kv.num_bytes());
+  const float range = attnkit::is_fp8(w.kv_dtype) ? 1.0f / kFp8Scale : 1.0f;
+  fill_device_random(kv.data, static_cast<std::uint64_t>(kv.num_elements()), kv.dtype, seed_of(w.name, 1), -range, range);
+
+  StepPlan plan;
+  build_step(w, sh, *runner, plan);
+  const attnkit::StepInput& step = plan.step;
+
+  // Queries [tokens, 32, 128] bf16, uniform in [-1, 1]; outputs of the same shape.
+  const std::size_t act_elems = static_cast<std::size_t>(tokens) * kQHeads * kHeadSize;
+  const std::size_t act_bytes = act_elems * attnkit::size_of(kActivation);
+  DeviceBuffer query_buf(act_bytes), out_buf(act_bytes);
+  fill_device_random(query_buf.get(), act_elems, kActivation, seed_of(w.name, 3), -1.0f, 1.0f);
+  const std::vector<std::int64_t> dims = {tokens, kQHeads, kHeadSize};
+  const attnkit::TensorView query =
+      attnkit::TensorView::contiguous(query_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);
+  const attnkit::TensorView output =
+      attnkit::TensorView::contiguous(out_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);
+  const attnkit::TensorView none{};
+
+  runner->prepare_step(step, s);
+  const attnkit::LayerContext& ctx = runner->forward_context().layer(id);
+  const auto forward = [&](const attnkit::TensorView& out) {
+    ctx.impl->forward(query, none, none, *ctx.kv_cache, *ctx.metadata, out, none, s);
+  };
+
+  // Check against GPU_REFERENCE on the same KV cache and queries, before any timing.
+  if (!opt.check) {
+    res.check.result = "not run (--no-check)";
+  } else if (res.backend == attnkit::GpuReferenceBackend::caps().name) {
+    res.check.result = "skipped (benchmarked backend is GPU_REFERENCE)";
+  } else {
+    DeviceBuffer ref_buf(act_bytes);
+    const attnkit::TensorView ref_out =
+        attnkit::TensorView::contiguous(ref_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);
+    attnkit::BuilderContext bc;
+    bc.caps = &attnkit::GpuReferenceBackend::caps();
+    bc.variant = attnkit::GpuReferenceBackend::kVariant;
+    bc.kv_spec = spec.kv_spec;
+    bc.kernel_block_size = group.geometry.kernel_block_size;
+    bc.num_q_heads = kQHeads;
+    bc.num_kv_heads = kKVHeads;
+    bc.head_size = kHeadSize;
+    bc.max_num_reqs = n;
+    bc.max_num_tokens = tokens;
+    bc.max_blocks_per_req = group.max_kernel_blocks_per_req;
+    bc.cascade = attnkit::CascadePolicy::kNever;
+    bc.memory = &attnkit::cuda_device_memory();
+    bc.mirror_memory = &attnkit::pinned_host_memory();
+    auto ref_builder = attnkit::GpuReferenceBackend::make_builder(bc);
+    auto ref_impl = attnkit::GpuReferenceBackend::make_impl(spec.params, attnkit::GpuReferenceBackend::kVariant);
+    // The group's copy of the common metadata carries this step's kernel block table
+    // (runner->common() is the template without one).
+    const attnkit::AttentionMetadata& ref_md = ref_builder->build(0, group.common);
+    ref_builder->enqueue(s);
+    CUDA_TRY(cudaMemsetAsync(out_buf.get(), 0xff, act_bytes, stream.get()));  // bf16 NaN: unwritten shows
+    CUDA_TRY(cudaMemsetAsync(ref_buf.get(), 0xff, act_bytes, stream.get()));
+    forward(output);
+    ref_impl->forward(query, none, none, *ctx.kv_cache, ref_md, ref_out, none, s);
+    CUDA_TRY(cudaStreamSynchronize(stream.get()));
+    std::vector<std::uint16_t> got(act_elems), ref(act_elems);
+    CUDA_TRY(cudaMemcpy(got.data(), out_buf.get(), act_bytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(ref.data(), ref_buf.get(), act_bytes, cudaMemcpyDeviceToHost));
+    res.check = compare(got, ref);
+  }
+
+  // Warm-up, then per iteration: L2 flush (outside), start, forward, end.
+  for (int i = 0; i < opt.warmup; ++i) forward(output);
+  std::vector<Event> starts, ends;
+  starts.reserve(static_cast<std::size_t>(opt.iters));
+  ends.reserve(static_cast<std::size_t>(opt.iters));
+  for (int i = 0; i < opt.iters; ++i) {
+    starts.emplace_back();
+    ends.emplace_back();
+  }
+  for (int i = 0; i < opt.iters; ++i) {
+    CUDA_TRY(cudaMemsetAsync(flush.get(), (i & 1) ? 0x5a : 0xa5, flush.bytes(), stream.get()));
+    CUDA_TRY(cudaEventRecord(starts[static_cast<std::size_t>(i)].get(), stream.get()));
+    forward(output);
+    CUDA_TRY(cudaEventRecord(ends[static_cast<std::size_t>(i)].get(), stream.get()));
+  }
+  CUDA_TRY(cudaStreamSynchronize(stream.get()));
+  CUDA_TRY(cudaGetLastError());
+  for (int i = 0; i < opt.iters; ++i) {
+    res.samples_us.push_back(1e3 * elapsed_ms(starts[static_cast<std::size_t>(i)], ends[static_cast<std::size_t>(i)]));
+  }
+  res.us = stats_of(res.samples_us);
+
+  // Hot: --iters forwards back to back, no flush, one pair of events.
+  {
+    Event start, end;
+    CUDA_TRY(cudaEventRecord(start.get(), stream.get()));
+    for (int i = 0; i < opt.iters; ++i) forward(output);
+    CUDA_TRY(cudaEventRecord(end.get(), stream.get()));
+    CUDA_TRY(cudaEventSynchronize(end.get()));
+    CUDA_TRY(cudaGetLastError());
+    res.hot_us = 1e3 * elapsed_ms(start, end) / opt.iters;
+  }
+  res.timed = true;
+  res.status = res.check.result == "FAILED" ? "FAILED" : "OK";
+}
+
+// ---- reporting ----------------------------------------------------------------------------------
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+bool valid(const Result& r) { return r.status == "OK" && r.timed; }
+
+// The rate that matters for the workload and its ceiling: KV TB/s against the copy bandwidth
+// (decode, mixed), TFLOP/s against the bf16 GEMM rate (prefill).
+struct Rate {
+  double value = 0, fraction = 0;
+  std::string unit, ceiling;
+};
+Rate rate_of(const Result& r, const Ceilings& c) {
+  Rate rate;
+  const double seconds = r.us.median * 1e-6;
+  if (r.workload->kind == Kind::kPrefill) {
+    rate.value = r.flops / seconds / 1e12;
+    rate.fraction = rate.value / c.gemm_tflops;
+    rate.unit = "TFLOP/s";
+    rate.ceiling = "bf16_gemm";
+  } else {
+    rate.value = r.kv_bytes / seconds / 1e12;
+    rate.fraction = rate.value / c.copy_tbps;
+    rate.unit = "TB/s";
+    rate.ceiling = "copy";
+  }
+  return rate;
+}
+
+std::string check_cell(const Result& r) {
+  if (r.status == "ERROR") return "ERROR: " + r.error;
+  std::string cell = r.check.result;
+  if (r.check.result == "passed" || r.check.result == "FAILED") {
+    cell += " (max diff " + fmt("%.2e", r.check.max_abs_diff) + ", max |ref| " + fmt("%.2e", r.check.max_abs_ref);
+    if (r.check.bad_elements) cell += ", " + std::to_string(r.check.bad_elements) + " bad";
+    cell += ")";
+  }
+  return cell;
+}
+
+std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options& opt, const std::vector<Result>& results) {
+  std::ostringstream md;
+  md << "# attnkit attention benchmark\n\n";
+  md << "Conditions:\n\n```\n";
+  md << "date (UTC):        " << cond.date_utc << "\n";
+  md << "attnkit commit:    " << cond.commit << "\n";
+  md << "GPU:               " << cond.gpu_name << ", compute capability " << cond.cc_major << "." << cond.cc_minor << ", "
+     << cond.sm_count << " SMs, L2 " << cond.l2_bytes / (1024 * 1024) << " MiB (" << cond.l2_bytes << " bytes), "
+     << cond.memory_bytes / (1024 * 1024) << " MiB memory\n";
+  md << "driver (CUDA API): " << cond.driver_version << "\n";
+  md << "CUDA runtime:      " << cond.runtime_version << "\n";
+  md << "cuBLAS:            " << cond.cublas_version << "\n";
+  md << "host threads:      " << cond.host_threads << "\n";
+  md << "backend:           " << opt.backend << " (explicit)\n";
+  md << "iterations:        " << opt.iters << " timed, " << opt.warmup << " warm-up; check "
+     << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
+  md << "```\n\n";
+  md << "Ceilings measured in this run:\n\n";
+  md << "- copy bandwidth: " << fmt("%.3f", ceil.copy_tbps) << " TB/s (cudaMemcpyAsync device-to-device of 2 GiB, "
+     << "(read + written) / median of " << kCeilingIters << "; median " << fmt("%.3f", ceil.copy_ms.median)
+     << " ms, min " << fmt("%.3f", ceil.copy_ms.min) << ", max " << fmt("%.3f", ceil.copy_ms.max) << ")\n";
+  md << "- bf16 matrix rate: " << fmt("%.1f", ceil.gemm_tflops) << " TFLOP/s (cublasGemmEx " << kGemmN << "^3, bf16 "
+     << "A/B/C, CUBLAS_COMPUTE_32F, 2mnk / median of " << kCeilingIters << "; median " << fmt("%.3f", ceil.gemm_ms.median)
+     << " ms, min " << fmt("%.3f", ceil.gemm_ms.min) << ", max " << fmt("%.3f", ceil.gemm_ms.max) << ")\n\n";
+  md << "Method: one attention layer (bf16 activations, " << kQHeads << " q / " << kKVHeads << " KV heads, head size "
+     << kHeadSize << ", causal), block tables a random permutation of the KV blocks, random KV cache and "
+     << "queries; only `impl->forward` is timed. median/min/p90: per call, L2 flushed (512 MiB memset) before each "
+     << "call, outside the timed region; hot: " << opt.iters << " calls back to back, average. TB/s: KV bytes read "
+     << "(sum of seq_len x KV heads x head size x 2 x element size) / median, vs the copy bandwidth; TFLOP/s "
+     << "(prefill): 4 x head size x q heads x visible (query, key) pairs / median, vs the bf16 matrix rate. "
+     << "Check: max |diff| <= 2e-2 + 2e-2 |ref| against GPU_REFERENCE over every output element, and RMS(diff) <= "
+        "0.02 RMS(ref).\n\n";
+  md << "| workload | backend | variant | median us | min us | p90 us | hot us | rate | of ceiling | check | notes |\n";
+  md << "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n";
+  for (const Result& r : results) {
+    const Workload& w = *r.workload;
+    md << "| " << w.name << (w.helper ? " (part of mixed)" : "") << " | " << (r.backend.empty() ? opt.backend : r.backend)
+       << " | " << (r.variant.empty() ? "-" : r.variant) << " | ";
+    if (valid(r)) {
+      const Rate rate = rate_of(r, ceil);
+      md << fmt("%.1f", r.us.median) << " | " << fmt("%.1f", r.us.min) << " | " << fmt("%.1f", r.us.p90) << " | "
+         << fmt("%.1f", r.hot_us) << " | " << fmt(rate.unit == "TB/s" ? "%.3f" : "%.1f", rate.value) << " " << rate.unit
+         << " | " << fmt("%.1f", 100.0 * rate.fraction) << "% | ";
+    } else {
+      md << "- | - | - | - | - | - | ";
+    }
+    md << check_cell(r) << " | ";
+    std::string notes = std::to_string(r.num_reqs) + " reqs, " + std::to_string(r.num_tokens) + " tokens, page " +
+                        std::to_string(w.page_size) + ", KV " + std::string(attnkit::to_string(w.kv_dtype));
+    if (!r.kv_layout.empty()) notes += ", " + r.kv_layout + " kernel page " + std::to_string(r.kernel_block_size);
+    if (w.kind == Kind::kMixed) {
+      notes += "; " + (r.mixed_ratio ? "time / (" + w.parts[0] + " + " + w.parts[1] + ") = " + fmt("%.3f", *r.mixed_ratio)
+                                     : "ratio: " + r.mixed_ratio_note);
+      if (valid(r)) notes += ", " + fmt("%.1f", r.flops / (r.us.median * 1e-6) / 1e12) + " TFLOP/s";
+    }
+    md << notes << " |\n";
+  }
+  return md.str();
+}
+
+json stats_json(const Stats& s) { return {{"median", s.median}, {"min", s.min}, {"p90", s.p90}, {"max", s.max}}; }
+
+json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, const std::vector<Result>& results) {
+  json j;
+  j["conditions"] = {{"date_utc", cond.date_utc},
+                     {"attnkit_commit", cond.commit},
+                     {"gpu_name", cond.gpu_name},
+                     {"compute_capability", std::to_string(cond.cc_major) + "." + std::to_string(cond.cc_minor)},
+                     {"sm_count", cond.sm_count},
+                     {"l2_bytes", cond.l2_bytes},
+                     {"memory_bytes", cond.memory_bytes},
+                     {"driver_version", cond.driver_version},
+                     {"runtime_version", cond.runtime_version},
+                     {"cublas_version", cond.cublas_version},
+                     {"host_threads", cond.host_threads}};
+  j["ceilings"] = {{"copy_tb_per_s", ceil.copy_tbps},
+                   {"copy_bytes", kCopyBytes},
+                   {"copy_ms", stats_json(ceil.copy_ms)},
+                   {"bf16_gemm_tflop_per_s", ceil.gemm_tflops},
+                   {"gemm_mnk", kGemmN},
+                   {"gemm_ms", stats_json(ceil.gemm_ms)},
+                   {"repetitions", kCeilingIters}};
+  j["config"] = {{"backend", opt.backend},
+                 {"iters", opt.iters},
+                 {"warmup", opt.warmup},
+                 {"check", opt.check},
+                 {"num_q_heads", kQHeads},
+                 {"num_kv_heads", kKVHeads},
+                 {"head_size", kHeadSize},
+                 {"activation_dtype", std::string(attnkit::to_string(kActivation))},
+                 {"l2_flush_bytes", kFlushBytes}};
+  json list = json::array();
+  for (const Result& r : results) {
+    const Workload& w = *r.workload;
+    json e = {{"name", w.name},
+              {"kind", std::string(to_string(w.kind))},
+              {"helper", w.helper},
+              {"status", r.status},
+              {"backend", r.backend.empty() ? opt.backend : r.backend},
+              {"variant", r.variant},
+              {"selection", r.selection_log},
+              {"kv_layout", r.kv_layout},
+              {"kernel_block_size", r.kernel_block_size},
+              {"page_size", w.page_size},
+              {"kv_cache_dtype", std::string(attnkit::to_string(w.kv_dtype))},
+              {"num_reqs", r.num_reqs},
+              {"num_tokens", r.num_tokens},
+              {"num_kv_blocks", r.num_blocks},
+              {"kv_cache_bytes", r.kv_cache_bytes},
+              {"kv_bytes_read", r.kv_bytes},
+              {"flops", r.flops}};
+    if (!r.error.empty()) e["error"] = r.error;
+    e["check"] = {{"result", r.check.result},
+                  {"max_abs_diff", r.check.max_abs_diff},
+                  {"max_abs_ref", r.check.max_abs_ref},
+                  {"rms_diff", r.check.rms_diff},
+                  {"rms_ref", r.check.rms_ref},
+                  {"bad_elements", r.check.bad_elements},
+                  {"elements", r.check.elements},
+                  {"tolerance", "2e-2 + 2e-2*|ref| per element; rms_diff <= 0.02*rms_ref"}};
+    if (valid(r)) {
+      const Rate rate = rate_of(r, ceil);
+      e["median_us"] = r.us.median;
+      e["min_us"] = r.us.min;
+      e["p90_us"] = r.us.p90;
+      e["max_us"] = r.us.max;
+      e["hot_us"] = r.hot_us;
+      e["kv_tb_per_s"] = r.kv_bytes / (r.us.median * 1e-6) / 1e12;
+      e["tflop_per_s"] = r.flops / (r.us.median * 1e-6) / 1e12;
+      e["rate"] = rate.value;
+      e["rate_unit"] = rate.unit;
+      e["ceiling"] = rate.ceiling;
+      e["fraction_of_ceiling"] = rate.fraction;
+      e["samples_us"] = r.samples_us;
+    } else {
+      for (const char* k : {"median_us", "min_us", "p90_us", "hot_us", "rate", "fraction_of_ceiling"}) e[k] = nullptr;
+      if (r.timed) {  // measured, but the check failed: kept apart, not valid
+        e["unvalidated"] = {{"median_us", r.us.median}, {"min_us", r.us.min}, {"p90_us", r.us.p90}, {"hot_us", r.hot_us}};
+      }
+    }
+    if (w.kind == Kind::kMixed) {
+      e["parts"] = w.parts;
+      if (r.mixed_ratio) {
+        e["time_over_sum_of_parts"] = *r.mixed_ratio;
+      } else {
+        e["time_over_sum_of_parts"] = nullptr;
+        e["time_over_sum_of_parts_note"] = r.mixed_ratio_note;
+      }
+    }
+    list.push_back(std::move(e));
+  }
+  j["workloads"] = std::move(list);
+  return j;
+}
+
+// ---- flags --------------------------------------------------------------------------------------
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string usage(const std::vector<Workload>& table) {
+  std::string names;
+  for (const Workload& w : table) names += "  " + w.name + (w.helper ? " (part of the mixed workload)" : "") + "\n";
+  return "usage: attnkit_attention_bench [--workloads all|NAME[,NAME...]] [--backend NAME] [--iters N] [--warmup N]\n"
+         "                               [--out DIR] [--no-check]\n"
+         "  --workloads  comma-separated workload names, or all (default)\n"
+         "  --backend    attention backend, chosen explicitly (default VARLEN; GPU_REFERENCE also works)\n"
+         "  --iters      timed iterations per workload, >= 1 (default 30)\n"
+         "  --warmup     warm-up iterations, >= 0 (default 5)\n"
+         "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
+         "  --no-check   skip the comparison with GPU_REFERENCE\n"
+         "workloads:\n" +
+         names;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  std::size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || v < min || v > 1000000) {
+    throw UsageError(flag + ": expected an integer in [" + std::to_string(min) + ", 1000000], got \"" + text + "\"");
+  }
+  return static_cast<int>(v);
+}
+
+Options parse_flags(int argc, char** argv, const std::vector<Workload>& table, bool& help) {
+  Options opt;
+  help = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (arg.rfind("--", 0) == 0) {
+      if (const auto eq = arg.find('='); eq != std::string::npos) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
+    }
+    const auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw UsageError(arg + ": missing value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+    } else if (arg == "--workloads") {
+      const std::string list = value();
+      opt.workloads.clear();
+      if (list != "all") {
+        std::stringstream ss(list);
+        std::string name;
+        while (std::getline(ss, name, ',')) {
+          if (name.empty()) continue;
+          const bool known = std::any_of(table.begin(), table.end(), [&](const Workload& w) { return w.name == name; });
+          if (!known) throw UsageError("--workloads: unknown workload \"" + name + "\"");
+          if (std::find(opt.workloads.begin(), opt.workloads.end(), name) == opt.workloads.end()) {
+            opt.workloads.push_back(name);
+          }
+        }
+        if (opt.workloads.empty()) throw UsageError("--workloads: empty list (use all or names)");
+      }
+    } else if (arg == "--backend") {
+      opt.backend = value();
+      if (!attnkit::find_backend(opt.backend)) {
+        throw UsageError("--backend: unknown backend \"" + opt.backend + "\" (registered: " +
+                         attnkit::default_registry().names() + ")");
+      }
+    } else if (arg == "--iters") {
+      opt.iters = parse_int(arg, value(), 1);
+    } else if (arg == "--warmup") {
+      opt.warmup = parse_int(arg, value(), 0);
+    } else if (arg == "--out") {
+      opt.out_dir = value();
+      if (opt.out_dir->empty()) throw UsageError("--out: empty directory name");
+    } else if (arg == "--no-check") {
+      if (inline_value) throw UsageError("--no-check takes no value");
+      opt.check = false;
+    } else {
+      throw UsageError("unknown argument \"" + arg + "\"");
+    }
+  }
+  return opt;
+}
+
+// The workloads to run, in table order; a mixed workload brings its parts.
+std::vector<const Workload*> selected(const std::vector<Workload>& table, const Options& opt) {
+  std::vector<std::string> names = opt.workloads;
+  if (names.empty()) {
+    for (const Workload& w : table) {
+      if (!w.helper) names.push_back(w.name);
+    }
+  }
+  for (const Workload& w : table) {
+    if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
+    for (const std::string& p : w.parts) {
+      if (std::find(names.begin(), names.end(), p) == names.end()) names.push_back(p);
+    }
+  }
+  std::vector<const Workload*> out;
+  for (const Workload& w : table) {
+    if (std::find(names.begin(), names.end(), w.name) != names.end()) out.push_back(&w);
+  }
+  return out;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path.string());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Workload> table = workload_table();
+  Options opt;
+  try {
+    bool help = false;
+    opt = parse_flags(argc, argv, table, help);
+    if (help) {
+      std::cout << usage(table);
+      return 0;
+    }
+  } catch (const UsageError& e) {
+    std::cerr << "attnkit_attention_bench: " << e.what() << "\n" << usage(table);
+    return 2;
+  }
+
+  // The GPU, the conditions and the ceilings: any failure here means there is no usable GPU.
+  const attnkit::GpuProbe gpu = attnkit::probe_gpu();
+  if (!gpu.available()) {
+    std::cout << "no GPU: " << (gpu.error.empty() ? "built without CUDA" : gpu.error) << "\n";
+    return 0;
+  }
+  Conditions cond;
+  Ceilings ceil;
+  std::unique_ptr<StreamHandle> stream;
+  DeviceBuffer flush;
+  try {
+    cond = read_conditions();
+    stream = std::make_unique<StreamHandle>();
+    std::cerr << "measuring ceilings on " << cond.gpu_name << " ...\n";
+    ceil = measure_ceilings(stream->get());
+    flush = DeviceBuffer(kFlushBytes);
+    CUDA_TRY(cudaMemset(flush.get(), 0, kFlushBytes));
+  } catch (const std::exception& e) {
+    std::cout << "no GPU: " << e.what() << "\n";
+    return 0;
+  }
+
+  std::vector<Result> results;
+  bool context_lost = false;
+  std::string lost_reason;
+  for (const Workload* w : selected(table, opt)) {
+    Result r;
+    r.workload = w;
+    if (context_lost) {
+      r.error = "not run: the CUDA context was lost earlier (" + lost_reason + ")";
+      results.push_back(std::move(r));
+      continue;
+    }
+    std::cerr << "running " << w->name << " ...\n";
+    try {
+      run_workload(*w, opt, gpu, *stream, flush, r);
+    } catch (const attnkit::Error& e) {
+      r.status = "ERROR";
+      r.error = e.what();
+    } catch (const std::exception& e) {
+      r.status = "ERROR";
+      r.error = e.what();
+    }
+    if (r.status == "ERROR") {
+      std::cerr << "  " << w->name << ": ERROR: " << r.error << "\n";
+      // A sticky error (e.g. an illegal address) leaves the context unusable for what follows.
+      (void)cudaGetLastError();
+      if (const cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
+        context_lost = true;
+        lost_reason = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+      }
+      (void)cudaGetLastError();
+    }
+    results.push_back(std::move(r));
+  }
+
+  // The mixed step against its two parts measured alone in this run (median times).
+  for (Result& r : results) {
+    const Workload& w = *r.workload;
+    if (w.kind != Kind::kMixed) continue;
+    double sum = 0;
+    std::string missing;
+    for (const std::string& part : w.parts) {
+      const auto it = std::find_if(results.begin(), results.end(), [&](const Result& x) { return x.workload->name == part; });
+      if (it == results.end() || !valid(*it)) {
+        missing += (missing.empty() ? "" : ", ") + part;
+      } else {
+        sum += it->us.median;
+      }
+    }
+    if (!valid(r)) {
+      r.mixed_ratio_note = "the mixed workload has no valid time";
+    } else if (!missing.empty()) {
+      r.mixed_ratio_note = "no valid time for " + missing;
+    } else {
+      r.mixed_ratio = r.us.median / sum;
+    }
+  }
+
+  const std::string md = markdown(cond, ceil, opt, results);
+  std::cout << md;
+  int rc = 0;
+  for (const Result& r : results) rc = (r.status == "OK") ? rc : 1;
+  if (opt.out_dir) {
+    try {
+      const std::filesystem::path dir(*opt.out_dir);
+      std::filesystem::create_directories(dir);
+      write_file(dir / "attention_bench.json", to_json(cond, ceil, opt, results).dump(2) + "\n");
+      write_file(dir / "attention_bench.md", md);
+      std::cerr << "wrote " << (dir / "attention_bench.json").string() << " and " << (dir / "attention_bench.md").string()
+                << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "attnkit_attention_bench: " << e.what() << "\n";
+      rc = 1;
+    }
+  }
+  return rc;
+}

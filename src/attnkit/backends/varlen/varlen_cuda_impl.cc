@@ -1,0 +1,147 @@
+#include "attnkit/backends/varlen/varlen_cuda_impl.h"
+
+#include <string>
+
+#include "attnkit/backends/varlen/varlen_backend.h"
+#include "attnkit/backends/varlen/varlen_metadata.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+DeviceArray<float> on_device(const std::vector<float>& values) {
+  if (values.empty()) return {};
+  MemoryResource& memory = cuda_device_memory();
+  DeviceArray<float> array(memory, values.size());
+  memory.copy_from_host(array.data(), values.data(), values.size() * sizeof(float));  // start-up
+  return array;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// [rows >= min_rows, heads, head_size] of `dtype` in device memory; head dim contiguous, 16-byte
+// aligned rows (the kernel moves 16 bytes at a time).
+void check_tokens(const TensorView& t, const char* name, std::int64_t min_rows, std::int64_t heads,
+                  std::int64_t head_size, DType dtype) {
+  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim == 3 && t.dim(0) >= min_rows && t.dim(1) == heads &&
+                      t.dim(2) == head_size && t.stride[2] == 1,
+                  std::string(name) + " shape", t.shape_string(),
+                  "[>= " + str(min_rows) + " (num_tokens_padded), " + str(heads) + ", " + str(head_size) +
+                      "], head dim contiguous");
+  ATTNKIT_REQUIRE(t.dtype == dtype, std::string(name) + " dtype", std::string(to_string(t.dtype)),
+                  std::string(to_string(dtype)));
+  ATTNKIT_REQUIRE(t.space == MemorySpace::kDevice, std::string(name) + " memory", std::string(to_string(t.space)),
+                  "device");
+  ATTNKIT_REQUIRE(aligned16(t.data) && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0, std::string(name) + " alignment",
+                  "strides " + str(t.stride[0]) + "/" + str(t.stride[1]),
+                  "16-byte aligned data, token and head strides multiples of 8 elements");
+}
+
+}  // namespace
+
+VarlenCudaImpl::VarlenCudaImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
+  const BackendCaps& caps = VarlenBackend::caps();
+  check_layer_params(caps, params, PlatformKind::kCuda);
+  ATTNKIT_REQUIRE(kernels::varlen_instantiated(params.head_size, params.dtype, params.kv_cache_dtype),
+                  "head_size/dtype/kv_cache_dtype",
+                  str(params.head_size) + "/" + std::string(to_string(params.dtype)) + "/" +
+                      std::string(to_string(params.kv_cache_dtype)),
+                  "an instantiated combination (see attnkit backends)");
+  const bool fp8 = is_fp8(params.kv_cache_dtype);
+  ATTNKIT_REQUIRE(fp8 == (variant == kVarlenCudaFp8Variant), "kernel variant", std::string(variant.name),
+                  fp8 ? std::string(kVarlenCudaFp8Variant.name) : std::string(kVarlenCudaVariant.name),
+                  "the variant is chosen by the KV cache dtype");
+  kernels::VarlenOccupancy occupancy;  // prepares the instantiation once, at start-up
+  kernels::check_launch(kernels::varlen_occupancy(params.head_size, params.dtype, params.kv_cache_dtype, &occupancy));
+  alibi_slopes_ = on_device(params.alibi_slopes);
+  sinks_ = on_device(params.sinks);
+  kernels::VarlenParams& k = kernel_params_;
+  k.activation_dtype = params.dtype;
+  k.kv.dtype = params.kv_cache_dtype;
+  k.num_q_heads = params.num_q_heads;
+  k.num_kv_heads = params.num_kv_heads;
+  k.head_size = params.head_size;
+  k.scale = params.softmax_scale();
+  k.soft_cap = params.soft_cap.value_or(0.0f);
+  k.sliding_window = params.sliding_window.value_or(0);
+  k.causal = params.attn_type == AttentionType::kDecoder;
+  k.alibi_slopes = alibi_slopes_.data();
+  k.sinks = sinks_.data();
+}
+
+void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
+                             const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
+                             const TensorView& lse, Stream stream) {
+  (void)key;  // K7: the shared KV update op already wrote this step's keys and values
+  (void)value;
+  const auto& md = metadata_cast<VarlenMetadata>(metadata, VarlenBackend::caps());
+  ATTNKIT_REQUIRE(md.device_plan, "varlen metadata", "a CPU plan", "the CUDA builder's plan",
+                  "the layer runs on the GPU; its group's builder planned on the CPU");
+  const VarlenDevicePlan& plan = md.device;
+  const bool causal = params_.attn_type == AttentionType::kDecoder;
+  ATTNKIT_REQUIRE(md.causal == causal, "metadata causal", md.causal ? "true" : "false", causal ? "true" : "false",
+                  "attn_type decides causality; the batch metadata disagrees");
+  const std::int64_t rows = plan.num_tokens_padded;
+  check_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= rows && lse.dim(1) == params_.num_q_heads &&
+                                  lse.stride[1] == 1 && lse.dtype == DType::kFloat32 &&
+                                  lse.space == MemorySpace::kDevice),
+                  "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
+                  "empty or [>= " + str(rows) + ", " + str(params_.num_q_heads) + "] float32 device memory");
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
+  ATTNKIT_REQUIRE(kv_cache.data != nullptr && kv_cache.space == MemorySpace::kDevice &&
+                      kv_cache.num_kv_heads == params_.num_kv_heads && kv_cache.head_size == params_.head_size &&
+                      kv_cache.dtype == params_.kv_cache_dtype && kv_cache.block_size == md.page_size,
+                  "kv_cache", std::string(to_string(kv_cache.dtype)) + " heads " + str(kv_cache.num_kv_heads) +
+                                  " head_size " + str(kv_cache.head_size) + " page " + str(kv_cache.block_size),
+                  std::string(to_string(params_.kv_cache_dtype)) + " heads " + str(params_.num_kv_heads) +
+                      " head_size " + str(params_.head_size) + " page " + str(md.page_size) + ", device memory");
+  ATTNKIT_REQUIRE(aligned16(kv_cache.data) && (kv_cache.stride_block * kv_bytes) % 16 == 0 &&
+                      (kv_cache.stride_token * kv_bytes) % 16 == 0 && (kv_cache.stride_head * kv_bytes) % 16 == 0 &&
+                      (kv_cache.v_offset * kv_bytes) % 16 == 0,
+                  "kv_cache alignment", "strides not multiples of 16 bytes", "16-byte aligned rows");
+
+  kernels::VarlenParams p = kernel_params_;
+  p.query = query.data;
+  p.q_stride_token = query.stride[0];
+  p.q_stride_head = query.stride[1];
+  p.output = output.data;
+  p.o_stride_token = output.stride[0];
+  p.o_stride_head = output.stride[1];
+  p.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
+  p.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
+  p.kv.data = kv_cache.data;
+  p.kv.num_blocks = kv_cache.num_blocks;
+  p.kv.page_size = static_cast<std::int32_t>(kv_cache.block_size);
+  p.kv.stride_block = kv_cache.stride_block;
+  p.kv.stride_token = kv_cache.stride_token;
+  p.kv.stride_head = kv_cache.stride_head;
+  p.kv.v_offset = kv_cache.v_offset;
+  p.kv.k_scale = kv_cache.k_scale;
+  p.kv.v_scale = kv_cache.v_scale;
+  p.query_start_loc = plan.query_start_loc.data();
+  p.seq_lens = plan.seq_lens.data();
+  p.block_table = plan.block_table.data.data();
+  p.block_table_stride = plan.block_table.row_stride;
+  p.num_reqs = plan.num_reqs_padded;
+  p.work_items = plan.work_items;
+  p.num_work_items = plan.num_work_items;
+  p.partial_base = plan.partial_base;
+  p.num_partials = plan.num_partials;
+  p.merge_items = plan.merge_items;
+  p.num_merge_items = plan.num_merge_items;
+  p.partial_out = plan.partial_out;
+  p.partial_lse = plan.partial_lse;
+  // A captured graph gets the padded shape's capacity (CTAs past the device count exit) and the
+  // largest shared memory, so any step of that shape replays in it; eager launches are exact.
+  p.grid_work_items = plan.graph_launch ? plan.graph_work_items : plan.eager_work_items;
+  p.grid_merge_items = plan.graph_launch ? plan.graph_merge_items : plan.eager_merge_items;
+  p.prefill_tiles = plan.graph_launch || plan.summary.prefill_tiles;
+  kernels::check_launch(kernels::launch_varlen_attention(p, stream.handle));
+}
+
+}  // namespace attnkit

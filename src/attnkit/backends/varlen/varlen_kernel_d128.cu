@@ -1,0 +1,4 @@
+// The varlen kernel family for head size 128: every dtype pair (varlen_kernel.cuh).
+#include "attnkit/backends/varlen/varlen_kernel.cuh"
+
+ATTNKIT_VARLEN_INSTANTIATE(128)

@@ -1,0 +1,155 @@
+// The varlen family's one dispatch point (runtime head size and dtypes -> the instantiation) and
+// its LSE-merge kernel, which combines the partials of split-KV and cascade (B4) work items.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attnkit/backends/varlen/varlen_kernel.h"
+#include "attnkit/kernels/common/dtype_device.cuh"
+#include "attnkit/kernels/common/lse_merge.cuh"
+#include "attnkit/kernels/common/partial_merge.h"
+#include "attnkit/kernels/common/tensor_core.cuh"
+
+namespace attnkit::kernels {
+
+namespace varlen {
+// Defined in varlen_kernel.cuh, instantiated by varlen_kernel_d<D>.cu.
+template <int D, DType kQ, DType kKv>
+cudaError_t launch(const VarlenParams& params, cudaStream_t stream);
+template <int D, DType kQ, DType kKv>
+cudaError_t prepare(VarlenOccupancy* occupancy);
+}  // namespace varlen
+
+namespace {
+
+constexpr const char* kKernelName = "varlen_attention";
+constexpr const char* kMergeName = "varlen_merge";
+constexpr int kMergeThreads = 128;
+constexpr int kMergeHeadsPerCta = kMergeThreads / 32;  // a warp per (token, query head)
+
+struct Instantiation {
+  cudaError_t (*launch)(const VarlenParams&, cudaStream_t) = nullptr;
+  cudaError_t (*prepare)(VarlenOccupancy*) = nullptr;
+};
+
+template <int D, DType kQ, DType kKv>
+constexpr Instantiation instantiation() {
+  return {&varlen::launch<D, kQ, kKv>, &varlen::prepare<D, kQ, kKv>};
+}
+
+template <int D>
+Instantiation for_head_size(DType q, DType kv) {
+  if (q == DType::kFloat16) {
+    if (kv == DType::kFloat16) return instantiation<D, DType::kFloat16, DType::kFloat16>();
+    if (kv == DType::kFp8E4M3) return instantiation<D, DType::kFloat16, DType::kFp8E4M3>();
+    if (kv == DType::kFp8E5M2) return instantiation<D, DType::kFloat16, DType::kFp8E5M2>();
+  } else if (q == DType::kBFloat16) {
+    if (kv == DType::kBFloat16) return instantiation<D, DType::kBFloat16, DType::kBFloat16>();
+    if (kv == DType::kFp8E4M3) return instantiation<D, DType::kBFloat16, DType::kFp8E4M3>();
+    if (kv == DType::kFp8E5M2) return instantiation<D, DType::kBFloat16, DType::kFp8E5M2>();
+  }
+  return {};
+}
+
+// The one dispatch point: a switch, no lookup by name; unknown combinations give an empty entry.
+Instantiation find(int head_size, DType q, DType kv) {
+  switch (head_size) {
+    case 64: return for_head_size<64>(q, kv);
+    case 80: return for_head_size<80>(q, kv);
+    case 96: return for_head_size<96>(q, kv);
+    case 112: return for_head_size<112>(q, kv);
+    case 128: return for_head_size<128>(q, kv);
+    case 192: return for_head_size<192>(q, kv);
+    case 256: return for_head_size<256>(q, kv);
+    default: return {};
+  }
+}
+
+// One warp per (merge item, query head): LSE weights of the token's partials, their weighted sum,
+// then the sink, once, after every key partial (B4 with sinks); writes the output and the LSE.
+// Launched as a programmatic dependent of the attention kernel: the plan is read before the wait
+// (it was uploaded before that kernel), the partials after it.
+template <DType kQ>
+__global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __grid_constant__ VarlenParams p) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int head = static_cast<int>(blockIdx.y) * kMergeHeadsPerCta + warp;
+  if (static_cast<std::int32_t>(blockIdx.x) >= *p.num_merge_items || head >= p.num_q_heads) return;
+  const VarlenMergeItem item = p.merge_items[blockIdx.x];
+  const std::int32_t start = p.query_start_loc[item.request];
+  const std::int32_t query_len = p.query_start_loc[item.request + 1] - start;
+  const std::int32_t count = p.num_partials[item.request];
+  const std::int64_t first_row = p.partial_base[item.request] + (item.token - start);
+  const int d_size = p.head_size;
+  tc::wait_for_prerequisites();
+
+  LseMerge merge;
+  for (int i = 0; i < count; ++i) merge.add(p.partial_lse[(first_row + i * query_len) * p.num_q_heads + head]);
+  float lse = merge.merged_lse();
+  float sink_factor = 1.0f;
+  if (p.sinks != nullptr) {
+    const MergeWeights w = merge_sink(lse, p.sinks[head]);
+    sink_factor = w.wa;
+    lse = w.lse;
+  }
+  const std::int64_t out_base = item.token * p.o_stride_token + head * p.o_stride_head;
+  for (int d = lane; d < d_size; d += 32) {
+    float o = 0.0f;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t slot = (first_row + i * query_len) * p.num_q_heads + head;
+      const float weight = merge.weight(p.partial_lse[slot], merge.merged_lse());
+      if (weight != 0.0f) o += weight * p.partial_out[slot * d_size + d];
+    }
+    store_element<kQ>(p.output, out_base + d, o * sink_factor);
+  }
+  if (p.lse != nullptr && lane == 0) p.lse[item.token * p.lse_stride_token + head] = lse;
+}
+
+cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.grid_merge_items),
+                        static_cast<unsigned>((p.num_q_heads + kMergeHeadsPerCta - 1) / kMergeHeadsPerCta));
+  config.blockDim = dim3(kMergeThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = p.programmatic_merge ? 1 : 0;
+  if (p.activation_dtype == DType::kBFloat16) return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16>, p);
+  return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16>, p);
+}
+
+}  // namespace
+
+bool varlen_instantiated(int head_size, DType activation, DType kv) {
+  return find(head_size, activation, kv).launch != nullptr;
+}
+
+// Only O(1) checks on the host: a shape the kernels cannot index is refused as invalid.
+LaunchStatus launch_varlen_attention(const VarlenParams& p, void* stream) {
+  const Instantiation entry = find(p.head_size, p.activation_dtype, p.kv.dtype);
+  if (entry.launch == nullptr || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 || p.kv.page_size <= 0 ||
+      p.grid_work_items < 0 || p.grid_merge_items < 0) {
+    return {cudaErrorInvalidValue, kKernelName};
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.grid_work_items > 0) {
+    const cudaError_t error = entry.launch(p, s);
+    if (error != cudaSuccess) return {static_cast<int>(error), kKernelName};
+  }
+  if (p.grid_merge_items > 0) {
+    const cudaError_t error = launch_merge(p, s);
+    if (error != cudaSuccess) return {static_cast<int>(error), kMergeName};
+  }
+  return {cudaSuccess, kKernelName};
+}
+
+LaunchStatus varlen_occupancy(int head_size, DType activation, DType kv, VarlenOccupancy* out) {
+  const Instantiation entry = find(head_size, activation, kv);
+  if (entry.prepare == nullptr || out == nullptr) return {cudaErrorInvalidValue, kKernelName};
+  return {static_cast<int>(entry.prepare(out)), kKernelName};
+}
+
+}  // namespace attnkit::kernels
