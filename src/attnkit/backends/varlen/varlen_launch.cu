@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "attnkit/backends/varlen/varlen_kernel.h"
-#include "attnkit/kernels/common/dtype_device.cuh"
 #include "attnkit/kernels/common/lse_merge.cuh"
 #include "attnkit/kernels/common/partial_merge.h"
 #include "attnkit/kernels/common/tensor_core.cuh"
@@ -68,8 +67,9 @@ Instantiation find(int head_size, DType q, DType kv) {
 
 // One warp per (merge item, query head): LSE weights of the token's partials, their weighted sum,
 // then the sink, once, after every key partial (B4 with sinks); writes the output and the LSE.
-// Launched as a programmatic dependent of the attention kernel: the plan is read before the wait
-// (it was uploaded before that kernel), the partials after it.
+// kernels/common/lse_merge.cuh does the merge (each lane owns 4 consecutive output dims). Launched as
+// a programmatic dependent of the attention kernel: the plan is read before the wait (it was
+// uploaded before that kernel), the partials after it.
 template <DType kQ>
 __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __grid_constant__ VarlenParams p) {
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -79,14 +79,16 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   const VarlenMergeItem item = p.merge_items[blockIdx.x];
   const std::int32_t start = p.query_start_loc[item.request];
   const std::int32_t query_len = p.query_start_loc[item.request + 1] - start;
-  const std::int32_t count = p.num_partials[item.request];
+  const int count = p.num_partials[item.request];
   const std::int64_t first_row = p.partial_base[item.request] + (item.token - start);
-  const int d_size = p.head_size;
+  const int chunks = p.head_size / 4;  // float4 chunks of a row; a lane owns chunk lane (+ 32)
   tc::wait_for_prerequisites();
 
-  LseMerge merge;
-  for (int i = 0; i < count; ++i) merge.add(p.partial_lse[(first_row + i * query_len) * p.num_q_heads + head]);
-  float lse = merge.merged_lse();
+  auto slot_of = [&](int i) { return (first_row + static_cast<std::int64_t>(i) * query_len) * p.num_q_heads + head; };
+  const WarpMergedRow merged = warp_merge_partials(
+      count, p.head_size, [&](int i) { return p.partial_lse[slot_of(i)]; },
+      [&](int i) { return p.partial_out + slot_of(i) * p.head_size; });
+  float lse = merged.lse;
   float sink_factor = 1.0f;
   if (p.sinks != nullptr) {
     const MergeWeights w = merge_sink(lse, p.sinks[head]);
@@ -94,14 +96,14 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
     lse = w.lse;
   }
   const std::int64_t out_base = item.token * p.o_stride_token + head * p.o_stride_head;
-  for (int d = lane; d < d_size; d += 32) {
-    float o = 0.0f;
-    for (int i = 0; i < count; ++i) {
-      const std::int64_t slot = (first_row + i * query_len) * p.num_q_heads + head;
-      const float weight = merge.weight(p.partial_lse[slot], merge.merged_lse());
-      if (weight != 0.0f) o += weight * p.partial_out[slot * d_size + d];
-    }
-    store_element<kQ>(p.output, out_base + d, o * sink_factor);
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int chunk = lane + 32 * c;
+    if (chunk >= chunks) break;
+    uint2 packed;
+    packed.x = tc::pack_pair<kQ>(merged.chunk[c].x * sink_factor, merged.chunk[c].y * sink_factor);
+    packed.y = tc::pack_pair<kQ>(merged.chunk[c].z * sink_factor, merged.chunk[c].w * sink_factor);
+    *reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.output) + (out_base + 4 * chunk) * 2) = packed;
   }
   if (p.lse != nullptr && lane == 0) p.lse[item.token * p.lse_stride_token + head] = lse;
 }

@@ -21,6 +21,9 @@ std::int32_t ceil_div(std::int64_t a, std::int64_t b) { return static_cast<std::
 // (prologue, Q load, epilogue) and the merge launch's, as measured order of magnitude (bench/notes).
 constexpr std::int64_t kCtaOverheadKeys = 64;
 constexpr std::int64_t kMergeOverheadKeys = 128;
+// ... and the merge's cost per partial of its longest row (bench/notes/varlen.md, v4: 32 partials of
+// one row took longer to merge than the attention that made them).
+constexpr std::int64_t kMergeKeysPerPartial = 16;
 // B4: what the merge launch costs in bytes moved (about 2 us at the card's bandwidth).
 constexpr double kMergeLaunchBytes = 8.0e6;
 
@@ -90,10 +93,10 @@ std::int32_t varlen_work_capacity(const VarlenPlanLimits& limits, std::int32_t n
                                   std::int32_t num_reqs_padded) {
   // Tiles: a decode request has one, a prefill request ceil(q*g/64) <= q*g/64 + 1, so all of them
   // <= T*g/64 + R; cascade adds ceil(T*g/64) prefix tiles; padding ceil(T/64) fills; split-KV adds at
-  // most two waves of CTAs (the rule below never plans more).
+  // most kVarlenMaxSplitWaves waves of CTAs (the rule treats more as infeasible).
   const std::int64_t packed = static_cast<std::int64_t>(num_tokens_padded) * limits.group_size();
-  const std::int64_t split_extra =
-      2LL * limits.num_sms * std::max(limits.ctas_per_sm_decode, limits.ctas_per_sm_mixed) / limits.num_kv_heads;
+  const std::int64_t split_extra = static_cast<std::int64_t>(kVarlenMaxSplitWaves) * limits.num_sms *
+                                   std::max(limits.ctas_per_sm_decode, limits.ctas_per_sm_mixed) / limits.num_kv_heads;
   return static_cast<std::int32_t>(2 * ceil_div(packed, kVarlenPrefillRows) + num_reqs_padded +
                                    ceil_div(num_tokens_padded, kVarlenFillTokens) + split_extra + 1);
 }
@@ -153,10 +156,11 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
 
   // Split-KV by the occupancy rule: for each candidate chunk length, the CTAs it makes fill
   // ceil(ctas / slots) waves, each as long as the longest chunk plus a CTA's fixed cost; a split
-  // adds the merge. The cheapest wins (ties: fewer CTAs). A grid far from filling the card is
-  // therefore split whenever the keys allow (a grid of at most half the slots always is); one that
-  // nearly fills it stays whole when a split would need a second wave; a full one is split only
-  // when its waves quantize badly.
+  // adds the merge (a fixed cost and one per partial of the longest merged row). The cheapest
+  // wins (ties: fewer CTAs). A grid far from filling the card is therefore split whenever its
+  // keys outweigh the merge (at most half the slots and >= 4 x kVarlenMinSplitKeys keys always
+  // are); one that nearly fills it stays whole when a split would need a second wave; a full one
+  // is split only when its waves quantize badly.
   auto evaluate = [&](std::int32_t split_keys) {
     SplitChoice c;
     c.split_keys = split_keys;
@@ -164,6 +168,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     std::int64_t partial_rows = 0;
     std::int64_t merges = 0;
     std::int64_t longest = prefix;
+    std::int64_t most_partials = 0;
     bool merge = cascade;
     for (std::int32_t r = 0; r < in.num_reqs; ++r) {
       const RequestShape s = shape_of(limits, in, r, prefix);
@@ -174,6 +179,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
       longest = std::max<std::int64_t>(longest, ceil_div(std::max(s.own_keys, 1), splits));
       if (splits > 1 || cascade) {
         partial_rows += static_cast<std::int64_t>(s.query_len) * (splits + (cascade ? 1 : 0));
+        most_partials = std::max<std::int64_t>(most_partials, splits + (cascade ? 1 : 0));
         merges += s.query_len;
         merge = true;
       }
@@ -181,7 +187,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     if (items > capacity || partial_rows > limits.max_partial_rows || merges > limits.max_merge_items) return c;
     c.ctas = (items - fills) * limits.num_kv_heads;
     const std::int64_t waves = std::max<std::int64_t>(1, (c.ctas + slots - 1) / slots);
-    c.cost = waves * (longest + kCtaOverheadKeys) + (merge ? kMergeOverheadKeys : 0);
+    c.cost = waves * (longest + kCtaOverheadKeys) + (merge ? kMergeOverheadKeys + kMergeKeysPerPartial * most_partials : 0);
     return c;
   };
   SplitChoice best = evaluate(0);

@@ -33,9 +33,12 @@ struct VarlenPlanLimits {
 inline constexpr std::int32_t kVarlenDecodeRows = 16;
 inline constexpr std::int32_t kVarlenPrefillRows = 64;
 inline constexpr std::int32_t kVarlenFillTokens = 64;  // padding tokens per fill item
-// Split-KV never makes a chunk shorter than this many keys (a CTA's fixed cost would dominate).
-inline constexpr std::int32_t kVarlenMinSplitKeys = 256;
+// Split-KV never makes a chunk shorter than this many keys (two KV tiles; a CTA's fixed cost
+// would dominate), never more than kVarlenMaxSplits chunks per request, and never more than
+// kVarlenMaxSplitWaves waves of extra CTAs (the work-item capacity allows that many).
+inline constexpr std::int32_t kVarlenMinSplitKeys = 128;
 inline constexpr std::int32_t kVarlenMaxSplits = 64;
+inline constexpr std::int32_t kVarlenMaxSplitWaves = 8;
 
 // The grid a launch needs for a padded shape, whatever the step's lengths: a captured graph's grid
 // (its CTAs past the step's device count exit) and the builder's work-item capacity.
