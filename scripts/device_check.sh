@@ -3,8 +3,9 @@
 # on the CPU machine into build-device/ (carry it): the GPU kernel tests, whole captured steps
 # through the runner, the GPU reference's conformance campaign (against the dense brute force and
 # the CPU reference), `attnkit replay` on random batches on the GPU, the demo, and
-# compute-sanitizer memcheck and racecheck on a small mixed batch (the runner's steps and the
-# VARLEN kernels' mixed-batch tests). Everything goes to one log,
+# compute-sanitizer memcheck and racecheck on small mixed batches: the runner's captured steps,
+# VARLEN's split decodes with the merge, and the worked example's mixed batch through every CUDA
+# backend (`attnkit demo`, VARLEN first). Everything goes to one log,
 # $OUT/device_check.log (the device tool returns few files); the summary is printed last. Exits
 # non-zero if anything failed.
 set -uo pipefail
@@ -57,6 +58,8 @@ run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_run
 run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
 run varlen_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run varlen_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
+run demo_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/attnkit" demo
+run demo_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/attnkit" demo
 run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_kv" --gtest_filter='SlotMappingKernel.Random*'
 
 cat "$out/conditions.txt" "$out/sanitizer.txt" "$out/demo_tail.txt" 2>/dev/null

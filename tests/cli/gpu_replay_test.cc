@@ -21,55 +21,60 @@ HostTensor read_f32(const std::string& path, const std::string& name) {
   return to_host_tensor(read_npy(path), DType::kFloat32, name);
 }
 
-TEST(CliReplayOnTheGpu, RandomBatchesThroughTheGpuReferenceMatchTheCpuReference) {
+// Every CUDA backend: the GPU reference, and VARLEN's kernels (float16/bfloat16 activations only).
+TEST(CliReplayOnTheGpu, RandomBatchesThroughEachCudaBackendMatchTheCpuReference) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no GPU here: " << probe_gpu().error;
-  std::mt19937 rng(2026);
-  for (int i = 0; i < 12; ++i) {
-    RandomBatchOptions o;
-    o.dtype = i % 3 == 0 ? DType::kFloat16 : (i % 3 == 1 ? DType::kBFloat16 : DType::kFloat32);
-    o.kv_dtype = o.dtype;
-    if (i % 4 == 3) {
-      o.kv_dtype = DType::kFp8E4M3;
-      o.k_scale = 0.05f;
-      o.v_scale = 0.04f;
-    }
-    o.num_q_heads = 8;
-    o.num_kv_heads = i % 2 == 0 ? 2 : 8;
-    o.head_size = i % 5 == 0 ? 128 : 64;
-    o.max_reqs = 5;
-    o.max_seq_len = 160;
-    o.causal = i % 6 != 5;
-    if (i % 3 == 1) o.sliding_window = 24;
-    if (i % 4 == 1) o.soft_cap = 4.0f;
-    o.sinks = i % 5 == 2;
-    o.alibi = i % 4 == 2;
-    const BatchRecord record = random_batch(rng, o);
-    const CliScratch dir("gpu_replay_" + std::to_string(i));
-    save_batch_record(dir.sub("in"), record);
-    const CliRun gpu = run_cli({"replay", dir.sub("in"), "--platform", "cuda", "--backend", "GPU_REFERENCE", "--lse",
-                                "--out", dir.sub("gpu")});
-    ASSERT_EQ(gpu.exit_code, 0) << gpu.both();
-    EXPECT_NE(gpu.out.find("platform cuda"), std::string::npos) << gpu.out;
-    const CliRun cpu = run_cli({"replay", dir.sub("in"), "--platform", "cpu", "--backend", "REFERENCE", "--lse",
-                                "--out", dir.sub("cpu")});
-    ASSERT_EQ(cpu.exit_code, 0) << cpu.both();
-    const HostTensor out_gpu = read_f32(dir.sub("gpu") + "/out.npy", "out"), out_cpu = read_f32(dir.sub("cpu") + "/out.npy", "out");
-    const HostTensor lse_gpu = read_f32(dir.sub("gpu") + "/lse.npy", "lse"), lse_cpu = read_f32(dir.sub("cpu") + "/lse.npy", "lse");
-    ASSERT_EQ(out_gpu.dims(), out_cpu.dims());
-    // Both round the output once to the activation dtype; a few units of its last place apart.
-    const double tol = o.dtype == DType::kFloat32 ? 1e-4 : (o.dtype == DType::kFloat16 ? 4e-3 : 3e-2);
-    double worst = 0.0;
-    for (std::int64_t e = 0; e < out_gpu.view().numel(); ++e) {
-      const double diff = std::fabs(out_gpu.view().flat(e) - out_cpu.view().flat(e));
-      worst = std::isfinite(diff) ? std::max(worst, diff) : INFINITY;
-    }
-    EXPECT_LE(worst, tol) << "batch " << i;
-    for (std::int64_t e = 0; e < lse_gpu.view().numel(); ++e) {
-      const float g = lse_gpu.view().flat(e), c = lse_cpu.view().flat(e);
-      if (std::isinf(c)) {
-        EXPECT_EQ(g, c) << "batch " << i << " lse " << e;
-      } else {
-        EXPECT_NEAR(g, c, 1e-3) << "batch " << i << " lse " << e;
+  for (const std::string backend : {"GPU_REFERENCE", "VARLEN"}) {
+    SCOPED_TRACE(backend);
+    std::mt19937 rng(2026);
+    for (int i = 0; i < 12; ++i) {
+      RandomBatchOptions o;
+      o.dtype = i % 3 == 0 ? DType::kFloat16 : (i % 3 == 1 ? DType::kBFloat16 : DType::kFloat32);
+      o.kv_dtype = o.dtype;
+      if (i % 4 == 3) {
+        o.kv_dtype = DType::kFp8E4M3;
+        o.k_scale = 0.05f;
+        o.v_scale = 0.04f;
+      }
+      o.num_q_heads = 8;
+      o.num_kv_heads = i % 2 == 0 ? 2 : 8;
+      o.head_size = i % 5 == 0 ? 128 : 64;
+      o.max_reqs = 5;
+      o.max_seq_len = 160;
+      o.causal = i % 6 != 5;
+      if (i % 3 == 1) o.sliding_window = 24;
+      if (i % 4 == 1) o.soft_cap = 4.0f;
+      o.sinks = i % 5 == 2;
+      o.alibi = i % 4 == 2;
+      const BatchRecord record = random_batch(rng, o);
+      if (backend == "VARLEN" && o.dtype == DType::kFloat32) continue;
+      const CliScratch dir("gpu_replay_" + backend + "_" + std::to_string(i));
+      save_batch_record(dir.sub("in"), record);
+      const CliRun gpu = run_cli({"replay", dir.sub("in"), "--platform", "cuda", "--backend", backend, "--lse",
+                                  "--out", dir.sub("gpu")});
+      ASSERT_EQ(gpu.exit_code, 0) << gpu.both();
+      EXPECT_NE(gpu.out.find("platform cuda"), std::string::npos) << gpu.out;
+      const CliRun cpu = run_cli({"replay", dir.sub("in"), "--platform", "cpu", "--backend", "REFERENCE", "--lse",
+                                  "--out", dir.sub("cpu")});
+      ASSERT_EQ(cpu.exit_code, 0) << cpu.both();
+      const HostTensor out_gpu = read_f32(dir.sub("gpu") + "/out.npy", "out"), out_cpu = read_f32(dir.sub("cpu") + "/out.npy", "out");
+      const HostTensor lse_gpu = read_f32(dir.sub("gpu") + "/lse.npy", "lse"), lse_cpu = read_f32(dir.sub("cpu") + "/lse.npy", "lse");
+      ASSERT_EQ(out_gpu.dims(), out_cpu.dims());
+      // Both round the output once to the activation dtype; a few units of its last place apart.
+      const double tol = o.dtype == DType::kFloat32 ? 1e-4 : (o.dtype == DType::kFloat16 ? 4e-3 : 3e-2);
+      double worst = 0.0;
+      for (std::int64_t e = 0; e < out_gpu.view().numel(); ++e) {
+        const double diff = std::fabs(out_gpu.view().flat(e) - out_cpu.view().flat(e));
+        worst = std::isfinite(diff) ? std::max(worst, diff) : INFINITY;
+      }
+      EXPECT_LE(worst, tol) << "batch " << i;
+      for (std::int64_t e = 0; e < lse_gpu.view().numel(); ++e) {
+        const float g = lse_gpu.view().flat(e), c = lse_cpu.view().flat(e);
+        if (std::isinf(c)) {
+          EXPECT_EQ(g, c) << "batch " << i << " lse " << e;
+        } else {
+          EXPECT_NEAR(g, c, 1e-3) << "batch " << i << " lse " << e;
+        }
       }
     }
   }

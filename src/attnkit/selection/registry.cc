@@ -101,11 +101,12 @@ std::optional<Platform> platform_here(const BackendCaps& caps) {
   const auto declares = [&](PlatformKind k) {
     return std::find(caps.platforms.begin(), caps.platforms.end(), k) != caps.platforms.end();
   };
+  if (declares(PlatformKind::kCuda)) {
+    const GpuProbe gpu = probe_gpu();
+    if (gpu.available()) return Platform::cuda(gpu.compute_capability, gpu.device_name);
+  }
   if (declares(PlatformKind::kCpu)) return Platform::cpu();
-  if (!declares(PlatformKind::kCuda)) return std::nullopt;
-  const GpuProbe gpu = probe_gpu();
-  if (!gpu.available()) return std::nullopt;
-  return Platform::cuda(gpu.compute_capability, gpu.device_name);
+  return std::nullopt;
 }
 
 const BackendType* BackendRegistry::find(std::string_view name) const {

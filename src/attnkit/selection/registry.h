@@ -40,8 +40,9 @@ class BackendRegistry {
   std::vector<std::pair<PlatformKind, std::vector<std::size_t>>> priorities_;  // indices into backends_
 };
 
-// Where a backend runs on this machine: the CPU when it declares the CPU platform, else this
-// machine's GPU when it declares CUDA and there is a usable one; nullopt when it cannot run here.
+// Where a backend runs on this machine: this machine's GPU when it declares CUDA and there is a
+// usable one (a backend with CPU and CUDA kernels runs its CUDA ones), else the CPU when it
+// declares the CPU platform; nullopt when it cannot run here.
 // Start-up and tools (probes the GPU).
 std::optional<Platform> platform_here(const BackendCaps& caps);
 

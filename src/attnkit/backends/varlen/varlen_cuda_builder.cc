@@ -147,14 +147,16 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   in.num_tokens_padded = c.num_tokens_padded;
   in.num_reqs_padded = c.num_reqs_padded;
   in.common_prefix_len = common_prefix_len;
-  // Sliding-window layers never cascade (the prefix would not be visible to every query).
+  // The heuristic leaves sliding-window groups alone (much of the prefix is outside the windows,
+  // so reading it once saves little); forced cascade is exact with windows too (each prefix row
+  // masks its own window).
   const bool window = context_.kv_spec.kind == KVSpecKind::kSlidingWindow;
   switch (context_.cascade) {
     case CascadePolicy::kNever: in.cascade = VarlenPlanInput::Cascade::kNever; break;
     case CascadePolicy::kAlways: in.cascade = VarlenPlanInput::Cascade::kAlways; break;
     case CascadePolicy::kHeuristic: in.cascade = VarlenPlanInput::Cascade::kHeuristic; break;
   }
-  if (window) in.cascade = VarlenPlanInput::Cascade::kNever;
+  if (window && in.cascade == VarlenPlanInput::Cascade::kHeuristic) in.cascade = VarlenPlanInput::Cascade::kNever;
 
   VarlenPlanBuffers out;
   out.work_items = work_items_.host_span(work_items_.capacity);
