@@ -36,6 +36,7 @@
 
 #include "attnkit/platform/device_tensor.h"
 #include "support/guarded_device_buffer.h"
+#include "support/hand_step.h"
 #endif
 
 namespace attnkit {
@@ -278,27 +279,7 @@ struct PagePool {
 };
 
 // One step as the engine holds it (VARLEN and GPU_REFERENCE reorder nothing).
-struct Step {
-  std::vector<std::int32_t> ids, query_lens, computed, rows;
-  std::int32_t row_stride = 1;
-  std::vector<ManagerBlockTable> tables;
-  StepInput input() {
-    tables = {ManagerBlockTable{rows, row_stride}};
-    StepInput s;
-    s.request_ids = ids;
-    s.query_lens = query_lens;
-    s.num_computed_tokens = computed;
-    s.block_tables = tables;
-    return s;
-  }
-  std::int32_t num_reqs() const { return static_cast<std::int32_t>(ids.size()); }
-  std::int32_t tokens() const { return std::accumulate(query_lens.begin(), query_lens.end(), 0); }
-  std::string describe() const {
-    std::string s = std::to_string(num_reqs()) + " requests (query/context):";
-    for (std::size_t r = 0; r < ids.size(); ++r) s += " " + std::to_string(query_lens[r]) + "/" + std::to_string(computed[r]);
-    return s;
-  }
-};
+using Step = testing::HandStep;
 
 // Each request gets its own pages from `pool`, after `shared` (pages every request starts with).
 Step make_step(const std::vector<Req>& reqs, int page, PagePool& pool, const std::vector<std::int32_t>& shared = {}) {

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "support/guarded_device_buffer.h"
+#include "support/hand_step.h"
 #endif
 
 namespace attnkit {
@@ -82,25 +83,12 @@ RunnerConfig cuda_config() {
 
 // One step as the engine holds it, in the runner's order (no request is short enough to be
 // reordered: GPU_REFERENCE has no threshold).
-struct Step {
-  std::vector<std::int32_t> ids, query_lens, computed, rows;
-  std::int32_t row_stride = 256 / kPage;
-  std::vector<ManagerBlockTable> tables;
-  StepInput input() {
-    tables = {ManagerBlockTable{rows, row_stride}};
-    StepInput s;
-    s.request_ids = ids;
-    s.query_lens = query_lens;
-    s.num_computed_tokens = computed;
-    s.block_tables = tables;
-    return s;
-  }
-  std::int32_t tokens() const { return std::accumulate(query_lens.begin(), query_lens.end(), 0); }
-};
+using Step = testing::HandStep;
 
 // Requests (query_len, context) with their own blocks: block b of request r is 8 * r + b.
 Step make_step(const std::vector<std::pair<int, int>>& requests) {
   Step s;
+  s.row_stride = 256 / kPage;
   for (std::size_t r = 0; r < requests.size(); ++r) {
     s.ids.push_back(static_cast<std::int32_t>(r));
     s.query_lens.push_back(requests[r].first);

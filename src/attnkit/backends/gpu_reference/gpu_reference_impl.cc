@@ -4,6 +4,7 @@
 #include <string>
 
 #include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
+#include "attnkit/backends/device_layer_io.h"
 #include "attnkit/backends/gpu_reference/gpu_reference_metadata.h"
 #include "attnkit/core/error.h"
 
@@ -16,28 +17,6 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 template <class T>
 bool contains(const std::vector<T>& values, T v) {
   return std::find(values.begin(), values.end(), v) != values.end();
-}
-
-DeviceArray<float> on_device(const std::vector<float>& values) {
-  if (values.empty()) return {};
-  MemoryResource& memory = cuda_device_memory();
-  DeviceArray<float> array(memory, values.size());
-  memory.copy_from_host(array.data(), values.data(), values.size() * sizeof(float));  // start-up
-  return array;
-}
-
-// [rows >= min_rows, heads, head_size] of `dtype` in device memory, head dim contiguous.
-void check_tokens(const TensorView& t, const char* name, std::int64_t min_rows, std::int64_t heads,
-                  std::int64_t head_size, DType dtype) {
-  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim == 3 && t.dim(0) >= min_rows && t.dim(1) == heads &&
-                      t.dim(2) == head_size && t.stride[2] == 1,
-                  std::string(name) + " shape", t.shape_string(),
-                  "[>= " + str(min_rows) + " (num_tokens_padded), " + str(heads) + ", " + str(head_size) +
-                      "], head dim contiguous");
-  ATTNKIT_REQUIRE(t.dtype == dtype, std::string(name) + " dtype", std::string(to_string(t.dtype)),
-                  std::string(to_string(dtype)));
-  ATTNKIT_REQUIRE(t.space == MemorySpace::kDevice, std::string(name) + " memory", std::string(to_string(t.space)),
-                  "device");
 }
 
 }  // namespace
@@ -56,8 +35,8 @@ GpuReferenceImpl::GpuReferenceImpl(const LayerParams& params) : params_(params) 
   ATTNKIT_REQUIRE(contains(caps.attention_types, params.attn_type), "attn_type",
                   std::string(to_string(params.attn_type)), "decoder, encoder, encoder_only");
   check_layer_params(caps, params, PlatformKind::kCuda);
-  alibi_slopes_ = on_device(params.alibi_slopes);
-  sinks_ = on_device(params.sinks);
+  alibi_slopes_ = upload_layer_floats(params.alibi_slopes);
+  sinks_ = upload_layer_floats(params.sinks);
   kernels::GpuReferenceParams& k = kernel_params_;
   k.activation_dtype = params.dtype;
   k.kv_dtype = params.kv_cache_dtype;
@@ -84,21 +63,10 @@ void GpuReferenceImpl::forward(const TensorView& query, const TensorView& key, c
   ATTNKIT_REQUIRE(md.causal == causal, "metadata causal", md.causal ? "true" : "false", causal ? "true" : "false",
                   "attn_type decides causality; the batch metadata disagrees");
   const std::int64_t rows = md.num_tokens_padded;
-  check_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
-  check_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
-  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= rows && lse.dim(1) == params_.num_q_heads &&
-                                  lse.stride[1] == 1 && lse.dtype == DType::kFloat32 &&
-                                  lse.space == MemorySpace::kDevice),
-                  "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
-                  "empty or [>= " + str(rows) + ", " + str(params_.num_q_heads) + "] float32 device memory");
-  ATTNKIT_REQUIRE(kv_cache.data != nullptr && kv_cache.space == MemorySpace::kDevice &&
-                      kv_cache.num_kv_heads == params_.num_kv_heads && kv_cache.head_size == params_.head_size &&
-                      kv_cache.dtype == params_.kv_cache_dtype && kv_cache.block_size == md.kernel_block_size,
-                  "kv_cache", std::string(to_string(kv_cache.dtype)) + " heads " + str(kv_cache.num_kv_heads) +
-                                  " head_size " + str(kv_cache.head_size) + " page " + str(kv_cache.block_size),
-                  std::string(to_string(params_.kv_cache_dtype)) + " heads " + str(params_.num_kv_heads) +
-                      " head_size " + str(params_.head_size) + " page " + str(md.kernel_block_size) +
-                      ", device memory");
+  check_device_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_device_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_device_lse(lse, rows, params_.num_q_heads);
+  check_device_kv_cache(kv_cache, params_, md.kernel_block_size);
 
   kernels::GpuReferenceParams p = kernel_params_;
   p.query = query.data;

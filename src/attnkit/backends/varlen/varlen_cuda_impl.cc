@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "attnkit/backends/device_layer_io.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/backends/varlen/varlen_metadata.h"
 #include "attnkit/core/error.h"
@@ -12,29 +13,10 @@ namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
-DeviceArray<float> on_device(const std::vector<float>& values) {
-  if (values.empty()) return {};
-  MemoryResource& memory = cuda_device_memory();
-  DeviceArray<float> array(memory, values.size());
-  memory.copy_from_host(array.data(), values.data(), values.size() * sizeof(float));  // start-up
-  return array;
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// [rows >= min_rows, heads, head_size] of `dtype` in device memory; head dim contiguous, 16-byte
-// aligned rows (the kernel moves 16 bytes at a time).
-void check_tokens(const TensorView& t, const char* name, std::int64_t min_rows, std::int64_t heads,
-                  std::int64_t head_size, DType dtype) {
-  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim == 3 && t.dim(0) >= min_rows && t.dim(1) == heads &&
-                      t.dim(2) == head_size && t.stride[2] == 1,
-                  std::string(name) + " shape", t.shape_string(),
-                  "[>= " + str(min_rows) + " (num_tokens_padded), " + str(heads) + ", " + str(head_size) +
-                      "], head dim contiguous");
-  ATTNKIT_REQUIRE(t.dtype == dtype, std::string(name) + " dtype", std::string(to_string(t.dtype)),
-                  std::string(to_string(dtype)));
-  ATTNKIT_REQUIRE(t.space == MemorySpace::kDevice, std::string(name) + " memory", std::string(to_string(t.space)),
-                  "device");
+// 16-byte aligned rows: the kernel moves 16 bytes at a time.
+void check_aligned_rows(const TensorView& t, const char* name) {
   ATTNKIT_REQUIRE(aligned16(t.data) && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0, std::string(name) + " alignment",
                   "strides " + str(t.stride[0]) + "/" + str(t.stride[1]),
                   "16-byte aligned data, token and head strides multiples of 8 elements");
@@ -56,8 +38,8 @@ VarlenCudaImpl::VarlenCudaImpl(const LayerParams& params, KernelVariant variant)
                   "the variant is chosen by the KV cache dtype");
   kernels::VarlenOccupancy occupancy;  // prepares the instantiation once, at start-up
   kernels::check_launch(kernels::varlen_occupancy(params.head_size, params.dtype, params.kv_cache_dtype, &occupancy));
-  alibi_slopes_ = on_device(params.alibi_slopes);
-  sinks_ = on_device(params.sinks);
+  alibi_slopes_ = upload_layer_floats(params.alibi_slopes);
+  sinks_ = upload_layer_floats(params.sinks);
   kernels::VarlenParams& k = kernel_params_;
   k.activation_dtype = params.dtype;
   k.kv.dtype = params.kv_cache_dtype;
@@ -85,21 +67,13 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   ATTNKIT_REQUIRE(md.causal == causal, "metadata causal", md.causal ? "true" : "false", causal ? "true" : "false",
                   "attn_type decides causality; the batch metadata disagrees");
   const std::int64_t rows = plan.num_tokens_padded;
-  check_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
-  check_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
-  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= rows && lse.dim(1) == params_.num_q_heads &&
-                                  lse.stride[1] == 1 && lse.dtype == DType::kFloat32 &&
-                                  lse.space == MemorySpace::kDevice),
-                  "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
-                  "empty or [>= " + str(rows) + ", " + str(params_.num_q_heads) + "] float32 device memory");
+  check_device_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_device_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);
+  check_aligned_rows(query, "query");
+  check_aligned_rows(output, "output");
+  check_device_lse(lse, rows, params_.num_q_heads);
+  check_device_kv_cache(kv_cache, params_, md.page_size);
   const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
-  ATTNKIT_REQUIRE(kv_cache.data != nullptr && kv_cache.space == MemorySpace::kDevice &&
-                      kv_cache.num_kv_heads == params_.num_kv_heads && kv_cache.head_size == params_.head_size &&
-                      kv_cache.dtype == params_.kv_cache_dtype && kv_cache.block_size == md.page_size,
-                  "kv_cache", std::string(to_string(kv_cache.dtype)) + " heads " + str(kv_cache.num_kv_heads) +
-                                  " head_size " + str(kv_cache.head_size) + " page " + str(kv_cache.block_size),
-                  std::string(to_string(params_.kv_cache_dtype)) + " heads " + str(params_.num_kv_heads) +
-                      " head_size " + str(params_.head_size) + " page " + str(md.page_size) + ", device memory");
   ATTNKIT_REQUIRE(aligned16(kv_cache.data) && (kv_cache.stride_block * kv_bytes) % 16 == 0 &&
                       (kv_cache.stride_token * kv_bytes) % 16 == 0 && (kv_cache.stride_head * kv_bytes) % 16 == 0 &&
                       (kv_cache.v_offset * kv_bytes) % 16 == 0,

@@ -1,0 +1,50 @@
+#include "attnkit/backends/device_layer_io.h"
+
+#include <string>
+
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+std::string str(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+DeviceArray<float> upload_layer_floats(const std::vector<float>& values) {
+  if (values.empty()) return {};
+  MemoryResource& memory = cuda_device_memory();
+  DeviceArray<float> array(memory, values.size());
+  memory.copy_from_host(array.data(), values.data(), values.size() * sizeof(float));  // start-up
+  return array;
+}
+
+void check_device_tokens(const TensorView& t, const char* name, std::int64_t rows, std::int64_t heads,
+                         std::int64_t head_size, DType dtype) {
+  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim == 3 && t.dim(0) >= rows && t.dim(1) == heads &&
+                      t.dim(2) == head_size && t.stride[2] == 1,
+                  std::string(name) + " shape", t.shape_string(),
+                  "[>= " + str(rows) + " (num_tokens_padded), " + str(heads) + ", " + str(head_size) +
+                      "], head dim contiguous");
+  ATTNKIT_REQUIRE(t.dtype == dtype, std::string(name) + " dtype", std::string(to_string(t.dtype)),
+                  std::string(to_string(dtype)));
+  ATTNKIT_REQUIRE(t.space == MemorySpace::kDevice, std::string(name) + " memory", std::string(to_string(t.space)),
+                  "device");
+}
+
+void check_device_lse(const TensorView& lse, std::int64_t rows, std::int64_t heads) {
+  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= rows && lse.dim(1) == heads && lse.stride[1] == 1 &&
+                                  lse.dtype == DType::kFloat32 && lse.space == MemorySpace::kDevice),
+                  "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
+                  "empty or [>= " + str(rows) + ", " + str(heads) + "] float32 device memory");
+}
+
+void check_device_kv_cache(const KVCacheView& kv, const LayerParams& layer, std::int64_t page_size) {
+  ATTNKIT_REQUIRE(kv.data != nullptr && kv.space == MemorySpace::kDevice && kv.num_kv_heads == layer.num_kv_heads &&
+                      kv.head_size == layer.head_size && kv.dtype == layer.kv_cache_dtype && kv.block_size == page_size,
+                  "kv_cache", std::string(to_string(kv.dtype)) + " heads " + str(kv.num_kv_heads) + " head_size " +
+                                  str(kv.head_size) + " page " + str(kv.block_size),
+                  std::string(to_string(layer.kv_cache_dtype)) + " heads " + str(layer.num_kv_heads) + " head_size " +
+                      str(layer.head_size) + " page " + str(page_size) + ", device memory");
+}
+
+}  // namespace attnkit

@@ -1,0 +1,26 @@
+// What a CUDA-platform impl checks of the tensors one forward call receives, and how it puts its
+// per-layer float parameters (ALiBi slopes, sinks) on the device: shared by every CUDA backend so
+// each refuses the same mistakes with the same messages. O(1) per call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/platform/memory.h"
+
+namespace attnkit {
+
+// Start-up: `values` in device memory (an empty array for none).
+DeviceArray<float> upload_layer_floats(const std::vector<float>& values);
+
+// Per layer per step. Q/K/V/output: [>= rows, heads, head_size] of `dtype` in device memory, head
+// dim contiguous. Throws attnkit::Error naming the tensor, its value and the allowed shape.
+void check_device_tokens(const TensorView& t, const char* name, std::int64_t rows, std::int64_t heads,
+                         std::int64_t head_size, DType dtype);
+// Empty, or [>= rows, heads] float32 device memory with contiguous heads.
+void check_device_lse(const TensorView& lse, std::int64_t rows, std::int64_t heads);
+// The layer's cache: device memory, its heads, head size and dtype, pages of `page_size` tokens.
+void check_device_kv_cache(const KVCacheView& kv_cache, const LayerParams& layer, std::int64_t page_size);
+
+}  // namespace attnkit
