@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/runner/model_runner.h"
+#include "support/hand_step.h"
 #include "support/runner_driver.h"
 
 namespace attnkit::testing {
@@ -21,22 +22,10 @@ ModelRunner csr_runner() {
 }
 
 // Requests in the order given, manager-block rows of 4 entries each.
-struct HandBuiltStep {
+struct HandBuiltStep : testing::HandStep {
   HandBuiltStep(std::vector<std::int32_t> ids_, std::vector<std::int32_t> query_lens_,
                 std::vector<std::int32_t> computed_, std::vector<std::int32_t> rows_)
-      : ids(std::move(ids_)), query_lens(std::move(query_lens_)), computed(std::move(computed_)), rows(std::move(rows_)) {}
-  std::vector<std::int32_t> ids, query_lens, computed, rows;
-  std::int32_t stride = 4;
-  std::vector<ManagerBlockTable> tables;
-  StepInput input() {
-    tables = {ManagerBlockTable{rows, stride}};
-    StepInput s;
-    s.request_ids = ids;
-    s.query_lens = query_lens;
-    s.num_computed_tokens = computed;
-    s.block_tables = tables;
-    return s;
-  }
+      : HandStep{std::move(ids_), std::move(query_lens_), std::move(computed_), std::move(rows_), 4, {}} {}
 };
 
 std::string field_of(const std::function<void()>& f) {
