@@ -292,16 +292,16 @@ void run_and_check(const Layer& layer, const Batch& batch, std::uint32_t seed) {
   k.activation_dtype = layer.act;
   k.lse = layer.lse ? d_lse.as<float>() : nullptr;
   k.lse_stride_token = p.lse_stride_token;
-  k.kv_cache = d_cache->as<void>();
-  k.kv_dtype = layer.kv;
-  k.num_blocks = p.view.num_blocks;
-  k.block_size = layer.block_size;
-  k.stride_block = p.view.stride_block;
-  k.stride_token = p.view.stride_token;
-  k.stride_head = p.view.stride_head;
-  k.v_offset = p.view.v_offset;
-  k.k_scale = layer.k_scale;
-  k.v_scale = layer.v_scale;
+  k.kv.data = d_cache->as<void>();
+  k.kv.dtype = layer.kv;
+  k.kv.num_blocks = p.view.num_blocks;
+  k.kv.page_size = layer.block_size;
+  k.kv.stride_block = p.view.stride_block;
+  k.kv.stride_token = p.view.stride_token;
+  k.kv.stride_head = p.view.stride_head;
+  k.kv.v_offset = p.view.v_offset;
+  k.kv.k_scale = layer.k_scale;
+  k.kv.v_scale = layer.v_scale;
   k.query_start_loc = d_qsl->as<std::int32_t>();
   k.seq_lens = d_seq->as<std::int32_t>();
   k.block_table = d_table->as<std::int32_t>();
@@ -547,7 +547,7 @@ TEST(GpuReferenceKernel, EmptyLaunchesNothingAndBadShapesAreRefused) {
   p.num_q_heads = 8;
   p.num_kv_heads = 3;  // not a divisor
   p.head_size = 128;
-  p.block_size = 16;
+  p.kv.page_size = 16;
   const kernels::LaunchStatus refused = kernels::launch_gpu_reference(p, nullptr);
   EXPECT_FALSE(refused.ok());
   EXPECT_STREQ(refused.kernel, "gpu_reference");

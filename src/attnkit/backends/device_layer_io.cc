@@ -47,4 +47,19 @@ void check_device_kv_cache(const KVCacheView& kv, const LayerParams& layer, std:
                       str(layer.head_size) + " page " + str(page_size) + ", device memory");
 }
 
+kernels::PagedKVCache paged_kv_of(const KVCacheView& kv) {
+  kernels::PagedKVCache c;
+  c.data = kv.data;
+  c.dtype = kv.dtype;
+  c.num_blocks = kv.num_blocks;
+  c.page_size = static_cast<std::int32_t>(kv.block_size);
+  c.stride_block = kv.stride_block;
+  c.stride_token = kv.stride_token;
+  c.stride_head = kv.stride_head;
+  c.v_offset = kv.v_offset;
+  c.k_scale = kv.k_scale;
+  c.v_scale = kv.v_scale;
+  return c;
+}
+
 }  // namespace attnkit

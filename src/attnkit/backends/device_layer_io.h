@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnkit/backends/backend.h"
+#include "attnkit/kernels/common/paged_kv.h"
 #include "attnkit/platform/memory.h"
 
 namespace attnkit {
@@ -22,5 +23,8 @@ void check_device_tokens(const TensorView& t, const char* name, std::int64_t row
 void check_device_lse(const TensorView& lse, std::int64_t rows, std::int64_t heads);
 // The layer's cache: device memory, its heads, head size and dtype, pages of `page_size` tokens.
 void check_device_kv_cache(const KVCacheView& kv_cache, const LayerParams& layer, std::int64_t page_size);
+
+// The cache as kernels read it: pointer, dtype, geometry and scales of `kv_cache`, in one place.
+kernels::PagedKVCache paged_kv_of(const KVCacheView& kv_cache);
 
 }  // namespace attnkit

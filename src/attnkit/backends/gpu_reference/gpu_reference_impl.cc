@@ -39,7 +39,6 @@ GpuReferenceImpl::GpuReferenceImpl(const LayerParams& params) : params_(params) 
   sinks_ = upload_layer_floats(params.sinks);
   kernels::GpuReferenceParams& k = kernel_params_;
   k.activation_dtype = params.dtype;
-  k.kv_dtype = params.kv_cache_dtype;
   k.num_q_heads = params.num_q_heads;
   k.num_kv_heads = params.num_kv_heads;
   k.head_size = params.head_size;
@@ -77,15 +76,7 @@ void GpuReferenceImpl::forward(const TensorView& query, const TensorView& key, c
   p.o_stride_head = output.stride[1];
   p.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
   p.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
-  p.kv_cache = kv_cache.data;
-  p.num_blocks = kv_cache.num_blocks;
-  p.block_size = static_cast<std::int32_t>(kv_cache.block_size);
-  p.stride_block = kv_cache.stride_block;
-  p.stride_token = kv_cache.stride_token;
-  p.stride_head = kv_cache.stride_head;
-  p.v_offset = kv_cache.v_offset;
-  p.k_scale = kv_cache.k_scale;
-  p.v_scale = kv_cache.v_scale;
+  p.kv = paged_kv_of(kv_cache);
   p.query_start_loc = md.query_start_loc.data();
   p.seq_lens = md.seq_lens.data();
   p.block_table = md.block_table.data.data();

@@ -74,11 +74,11 @@ struct RowContext {
 // Element offset of key j's K row in the pages `pages` (one block-table row), or -1 when the
 // table does not name a page of the cache for it: such a key is masked, never read out of bounds.
 __device__ std::int64_t key_row(const GpuReferenceParams& p, const std::int32_t* pages, std::int64_t j, int kv_head) {
-  const std::int64_t page_index = j / p.block_size;
+  const std::int64_t page_index = j / p.kv.page_size;
   if (page_index >= p.block_table_stride) return -1;
   const std::int32_t page = pages[page_index];
-  if (page < 0 || page >= p.num_blocks) return -1;
-  return page * p.stride_block + (j % p.block_size) * p.stride_token + kv_head * p.stride_head;
+  if (page < 0 || page >= p.kv.num_blocks) return -1;
+  return page * p.kv.stride_block + (j % p.kv.page_size) * p.kv.stride_token + kv_head * p.kv.stride_head;
 }
 
 // The logit of key j (its K row at `k_row`, or masked when -1). Both passes call this one
@@ -89,7 +89,7 @@ __device__ float key_logit(const GpuReferenceParams& p, const RowContext& row, c
   if (k_row < 0) return -INFINITY;
   float dot = 0.0f;
   for (int c = 0; c < p.head_size; ++c)
-    dot = __fmaf_rn(query[c], load_element<kKv>(p.kv_cache, k_row + c) * p.k_scale, dot);
+    dot = __fmaf_rn(query[c], load_element<kKv>(p.kv.data, k_row + c) * p.kv.k_scale, dot);
   return logit(row.score, dot, row.alibi_slope, j, row.position);
 }
 
@@ -120,7 +120,7 @@ __device__ Partial attend(const GpuReferenceParams& p, const RowContext& row, Sc
       const std::int64_t k_row = key_row(p, pages, j, row.kv_head);
       if (k_row >= 0) {
         w = expf(key_logit<kKv>(p, row, s.query, k_row, j) - max_logit);
-        v_row = k_row + p.v_offset;
+        v_row = k_row + p.kv.v_offset;
       }
     }
     thread_sum += w;
@@ -135,7 +135,7 @@ __device__ Partial attend(const GpuReferenceParams& p, const RowContext& row, Sc
 #pragma unroll
       for (int i = 0; i < kDimsPerThread; ++i) {
         const int d = threadIdx.x + i * kThreads;
-        if (d < p.head_size) acc[i] = __fmaf_rn(wk, load_element<kKv>(p.kv_cache, base + d) * p.v_scale, acc[i]);
+        if (d < p.head_size) acc[i] = __fmaf_rn(wk, load_element<kKv>(p.kv.data, base + d) * p.kv.v_scale, acc[i]);
       }
     }
     __syncthreads();
@@ -235,12 +235,12 @@ LaunchStatus launch_gpu_reference(const GpuReferenceParams& params, void* stream
   if (params.num_tokens == 0) return {cudaSuccess, kKernelName};
   if (params.num_tokens < 0 || params.num_reqs < 0 || params.num_q_heads <= 0 || params.num_q_heads > 65535 ||
       params.num_kv_heads <= 0 || params.num_q_heads % params.num_kv_heads != 0 || params.head_size <= 0 ||
-      params.head_size > kMaxHeadSize || params.block_size <= 0 || !is_activation(params.activation_dtype)) {
+      params.head_size > kMaxHeadSize || params.kv.page_size <= 0 || !is_activation(params.activation_dtype)) {
     return {cudaErrorInvalidValue, kKernelName};
   }
   const auto s = static_cast<cudaStream_t>(stream);
   cudaError_t error = cudaErrorInvalidValue;
-  switch (params.kv_dtype) {
+  switch (params.kv.dtype) {
     case DType::kFloat32:
       error = launch_typed<DType::kFloat32>(params, s);
       break;

@@ -7,6 +7,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/kernels/common/launch_status.h"
+#include "attnkit/kernels/common/paged_kv.h"
 
 namespace attnkit::kernels {
 
@@ -23,13 +24,8 @@ struct GpuReferenceParams {
   float* lse = nullptr;  // [num_tokens, num_q_heads] float32 (row stride lse_stride_token) or nullptr
   std::int64_t lse_stride_token = 0;
 
-  // Paged KV cache, any layout (see KVUpdateParams for the addressing); values are stored * scale.
-  const void* kv_cache = nullptr;
-  DType kv_dtype = DType::kFloat16;
-  std::int64_t num_blocks = 0;
-  std::int32_t block_size = 0;
-  std::int64_t stride_block = 0, stride_token = 0, stride_head = 0, v_offset = 0;
-  float k_scale = 1.0f, v_scale = 1.0f;
+  // Paged KV cache, any layout; values are stored * scale.
+  PagedKVCache kv;
 
   // The batch (device). Request r owns query rows [query_start_loc[r], query_start_loc[r+1]) and
   // keys [0, seq_lens[r]); its key j lives at slot j % block_size of page

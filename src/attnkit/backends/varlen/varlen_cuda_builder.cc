@@ -176,10 +176,7 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   name_common(c);
   VarlenDevicePlan& d = metadata_.device;
   d.summary = summary;
-  d.eager_work_items = summary.num_work_items;
-  d.eager_merge_items = summary.num_merge_items;
   d.graph_work_items = varlen_work_capacity(limits_, c.num_tokens_padded, c.num_reqs_padded);
-  d.graph_merge_items = c.num_tokens_padded;
   // Eager: the plan's used bytes. Captured: a size fixed by the padded shape (every merge item a
   // step of that shape can have), so the recorded copy moves any later plan of that shape.
   eager_upload_bytes_ = summary.num_merge_items > 0

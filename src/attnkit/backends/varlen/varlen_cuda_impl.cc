@@ -42,7 +42,6 @@ VarlenCudaImpl::VarlenCudaImpl(const LayerParams& params, KernelVariant variant)
   sinks_ = upload_layer_floats(params.sinks);
   kernels::VarlenParams& k = kernel_params_;
   k.activation_dtype = params.dtype;
-  k.kv.dtype = params.kv_cache_dtype;
   k.num_q_heads = params.num_q_heads;
   k.num_kv_heads = params.num_kv_heads;
   k.head_size = params.head_size;
@@ -88,15 +87,7 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   p.o_stride_head = output.stride[1];
   p.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
   p.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
-  p.kv.data = kv_cache.data;
-  p.kv.num_blocks = kv_cache.num_blocks;
-  p.kv.page_size = static_cast<std::int32_t>(kv_cache.block_size);
-  p.kv.stride_block = kv_cache.stride_block;
-  p.kv.stride_token = kv_cache.stride_token;
-  p.kv.stride_head = kv_cache.stride_head;
-  p.kv.v_offset = kv_cache.v_offset;
-  p.kv.k_scale = kv_cache.k_scale;
-  p.kv.v_scale = kv_cache.v_scale;
+  p.kv = paged_kv_of(kv_cache);
   p.query_start_loc = plan.query_start_loc.data();
   p.seq_lens = plan.seq_lens.data();
   p.block_table = plan.block_table.data.data();
@@ -112,8 +103,8 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   p.partial_lse = plan.partial_lse;
   // A captured graph gets the padded shape's capacity (CTAs past the device count exit) and the
   // largest shared memory, so any step of that shape replays in it; eager launches are exact.
-  p.grid_work_items = plan.graph_launch ? plan.graph_work_items : plan.eager_work_items;
-  p.grid_merge_items = plan.graph_launch ? plan.graph_merge_items : plan.eager_merge_items;
+  p.grid_work_items = plan.graph_launch ? plan.graph_work_items : plan.summary.num_work_items;
+  p.grid_merge_items = plan.graph_launch ? plan.num_tokens_padded : plan.summary.num_merge_items;
   p.prefill_tiles = plan.graph_launch || plan.summary.prefill_tiles;
   kernels::check_launch(kernels::launch_varlen_attention(p, stream.handle));
 }

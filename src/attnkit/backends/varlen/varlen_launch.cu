@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kernels/common/lse_merge.cuh"
@@ -51,18 +53,18 @@ Instantiation for_head_size(DType q, DType kv) {
   return {};
 }
 
-// The one dispatch point: a switch, no lookup by name; unknown combinations give an empty entry.
+// The one dispatch point, over the instantiated head sizes (kVarlenHeadSizes, the list the
+// capabilities read, so a size there without its translation unit fails to link); no lookup by
+// name; unknown combinations give an empty entry.
+template <std::size_t... kIndex>
+Instantiation find_among(int head_size, DType q, DType kv, std::index_sequence<kIndex...>) {
+  Instantiation found;
+  ((head_size == kVarlenHeadSizes[kIndex] ? (found = for_head_size<kVarlenHeadSizes[kIndex]>(q, kv), true) : false) ||
+   ...);
+  return found;
+}
 Instantiation find(int head_size, DType q, DType kv) {
-  switch (head_size) {
-    case 64: return for_head_size<64>(q, kv);
-    case 80: return for_head_size<80>(q, kv);
-    case 96: return for_head_size<96>(q, kv);
-    case 112: return for_head_size<112>(q, kv);
-    case 128: return for_head_size<128>(q, kv);
-    case 192: return for_head_size<192>(q, kv);
-    case 256: return for_head_size<256>(q, kv);
-    default: return {};
-  }
+  return find_among(head_size, q, kv, std::make_index_sequence<std::size(kVarlenHeadSizes)>{});
 }
 
 // One warp per (merge item, query head): LSE weights of the token's partials, their weighted sum,

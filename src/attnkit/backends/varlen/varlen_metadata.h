@@ -27,12 +27,10 @@ struct VarlenDevicePlan {
   const std::int32_t* num_partials = nullptr;
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
-  // Launch bounds: exact for an eager launch; for a captured graph the capacity of the padded
-  // shape, so every later step of that shape fits the captured grid.
-  std::int32_t eager_work_items = 0;
-  std::int32_t eager_merge_items = 0;
+  // A captured graph's grid: the capacity of the padded shape, so every later step of that shape
+  // fits (eager launches take the summary's exact counts; a captured merge one CTA row per padded
+  // token).
   std::int32_t graph_work_items = 0;
-  std::int32_t graph_merge_items = 0;
   bool graph_launch = false;  // set by enqueue(): the step is being captured into a CUDA graph
   VarlenPlanSummary summary;
 };

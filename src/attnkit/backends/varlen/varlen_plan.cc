@@ -121,7 +121,6 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
                                    const VarlenPlanBuffers& out) {
   check_input(limits, in, out);
   VarlenPlanSummary summary;
-  const std::int32_t group = limits.group_size();
 
   // B4: the prefix pass pays when the prefix KV it saves outweighs the partials it adds.
   const VarlenCascadeCost cascade_cost = varlen_cascade_cost(limits, in);
@@ -176,6 +175,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
       const std::int32_t splits =
           split_keys == 0 ? 1 : std::clamp(ceil_div(s.own_keys, split_keys), 1, kVarlenMaxSplits);
       items += static_cast<std::int64_t>(s.tiles) * splits;
+      if (items > capacity) return c;  // infeasible; so is every longer split
       longest = std::max<std::int64_t>(longest, ceil_div(std::max(s.own_keys, 1), splits));
       if (splits > 1 || cascade) {
         partial_rows += static_cast<std::int64_t>(s.query_len) * (splits + (cascade ? 1 : 0));
@@ -200,6 +200,8 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     if (keys >= max_own_keys || keys == previous) continue;
     previous = keys;
     const SplitChoice c = evaluate(keys);
+    // Shorter chunks only add work items and partial rows: past the first infeasible one, all are.
+    if (c.cost == LLONG_MAX) break;
     if (c.cost < best.cost || (c.cost == best.cost && c.ctas < best.ctas)) best = c;
   }
 
@@ -266,7 +268,6 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
   summary.max_splits = max_splits;
   summary.ctas = (item_count - fills) * limits.num_kv_heads;
   summary.slots = static_cast<std::int32_t>(slots);
-  (void)group;
   return summary;
 }
 
