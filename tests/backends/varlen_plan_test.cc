@@ -190,7 +190,7 @@ bool check_plan(const VarlenPlanLimits& limits, const Step& step, const Planned&
         EXPECT_EQ(w.partial, 0) << "prefix item " << i << " must write partial 0";
         EXPECT_GE(w.row_begin, 0);
         EXPECT_LT(w.row_begin, tokens * g) << "prefix item " << i << " holds no packed row of the batch";
-        for (std::int32_t row = w.row_begin; row < std::min(w.row_begin + kVarlenPrefillRows, tokens * g); ++row)
+        for (std::int32_t row = w.row_begin; row < std::min(w.row_begin + limits.prefill_rows(), tokens * g); ++row)
           if (row >= 0) ++prefix_cover[static_cast<std::size_t>(row)];
         break;
       }
@@ -242,9 +242,9 @@ bool check_plan(const VarlenPlanLimits& limits, const Step& step, const Planned&
       EXPECT_EQ(partials, 0);
       continue;
     }
-    // Tile shape: a decode tile holds 16 packed rows, a prefill tile 64.
+    // Tile shape: a decode tile holds 16 packed rows, a prefill tile limits.prefill_rows().
     const bool decode = rows <= kVarlenDecodeRows;
-    const std::int32_t tile_rows = decode ? kVarlenDecodeRows : kVarlenPrefillRows;
+    const std::int32_t tile_rows = decode ? kVarlenDecodeRows : limits.prefill_rows();
     EXPECT_EQ(rt.kinds, (std::set<std::int32_t>{static_cast<std::int32_t>(decode ? VarlenTileKind::kDecode
                                                                                   : VarlenTileKind::kPrefill)}));
     // Splits partition [prefix, INT32_MAX), and each starts inside the request's keys (no CTA
@@ -475,9 +475,9 @@ std::int32_t base_ctas(const VarlenPlanLimits& limits, const Step& step, const V
   std::int32_t tiles = 0;
   for (std::int32_t r = 0; r < step.num_reqs(); ++r) {
     const std::int32_t rows = step.query_len(r) * limits.group_size();
-    if (rows > 0) tiles += rows <= kVarlenDecodeRows ? 1 : (rows + kVarlenPrefillRows - 1) / kVarlenPrefillRows;
+    if (rows > 0) tiles += rows <= kVarlenDecodeRows ? 1 : (rows + limits.prefill_rows() - 1) / limits.prefill_rows();
   }
-  if (s.cascade) tiles += (step.tokens() * limits.group_size() + kVarlenPrefillRows - 1) / kVarlenPrefillRows;
+  if (s.cascade) tiles += (step.tokens() * limits.group_size() + limits.prefill_rows() - 1) / limits.prefill_rows();
   return tiles * limits.num_kv_heads;
 }
 

@@ -28,9 +28,27 @@ namespace attnkit::kernels::varlen {
 
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
-// Registers for three CTAs per SM (<= 168 per thread) where the decode tile's shared memory allows
-// it (heads up to 128); the larger heads hold twice the accumulator and fit one or two.
-constexpr int min_ctas_per_sm(int head_size) { return head_size <= 128 ? 3 : 1; }
+
+// Keys per KV tile and stages of the ring, per tile kind. Decode tiles of heads up to 128 are
+// bound by the bytes in flight per SM: three 16-bit stages of 64 keys (two in flight while the
+// third is used; 3.71 against 3.54 TB/s for two stages at three CTAs per SM, bench/notes/varlen.md
+// v6); fp8 at head size 128 moves 128 keys per tile in swizzled rows (the same 32 KB per stage, half
+// the per-tile work per byte); the other fp8 heads five stages of 64 keys. Prefill tiles take 32
+// keys in four stages (the 64 x 32 scores of a warp's two row blocks stay in registers beside the
+// accumulator). The larger heads keep two stages.
+struct RingShape {
+  int keys, stages;
+};
+constexpr RingShape decode_ring(int head_size, int kv_bytes) {
+  if (head_size > 128) return {64, 2};
+  if (kv_bytes == 2) return {64, 3};
+  return head_size == 128 ? RingShape{64, 6} : RingShape{64, 5};
+}
+constexpr RingShape prefill_ring(int head_size) { return head_size > 128 ? RingShape{32, 2} : RingShape{32, 4}; }
+// CTAs per SM the register allocation is bounded for: two (<= 255 registers per thread) for heads
+// up to 128, which holds the prefill warp's two row blocks; the larger heads hold twice the
+// accumulator and fit one.
+constexpr int min_ctas_per_sm(int head_size) { return head_size > 128 ? 1 : 2; }
 
 constexpr int round_up(int v, int m) { return (v + m - 1) / m * m; }
 constexpr int max_of(int a, int b) { return a > b ? a : b; }
@@ -44,43 +62,48 @@ struct RowInfo {
   std::int32_t partial_row;  // partial row of (token, this item's partial index), or -1
 };
 
-// Everything a tile shape decides at compile time, including its shared-memory layout.
-template <int D, DType kQ, DType kKv, int WarpsM>
+// Everything a tile shape decides at compile time, including its shared-memory layout. WarpsM
+// warps split the rows (RowBlocks blocks of 16 rows each), the others split each KV tile's keys.
+template <int D, DType kQ, DType kKv, int WarpsM, int RowBlocks, RingShape kRing>
 struct TileConfig {
   static constexpr int kHeadDim = D;
   static constexpr int kWarpsM = WarpsM;
   static constexpr int kWarpsN = kWarps / kWarpsM;
-  static constexpr int kRows = 16 * kWarpsM;
-  // Decode tiles split 64 keys over 4 warps (16 each); prefill tiles give every warp all keys,
-  // 32 of them for the large heads so the 16 x head_size float accumulator stays in registers.
-  static constexpr int kKeys = (WarpsM == 1 || D <= 128) ? 64 : 32;
+  static constexpr int kRowBlocks = RowBlocks;
+  static constexpr int kWarpRows = 16 * RowBlocks;
+  static constexpr int kRows = kWarpRows * kWarpsM;
+  // Decode tiles split each KV tile's keys over the 4 warps; prefill tiles give every warp all keys.
+  static constexpr int kKeys = kRing.keys;
   static constexpr int kWarpKeys = kKeys / kWarpsN;
   static constexpr bool kFp8 = is_fp8(kKv);
   static constexpr int kKvBytes = kFp8 ? 1 : 2;
-  // Two stages (one tile in flight while the other is used): decode tiles of heads up to 128
-  // then fit three CTAs per SM (12 warps hide the latency better than deeper rings with 8).
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kRing.stages;  // kStages - 1 tiles in flight while one is used
   static constexpr int kPitch = D + 8;  // 16-bit elements per shared row of Q and of 16-bit K/V
-  using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads>;
+  // fp8 rows of a multiple of 128 bytes are stored swizzled instead of padded (read by this
+  // kernel's own loads, which apply the same swizzle; ldmatrix reads the padded 16-bit rows).
+  static constexpr bool kSwizzled = kFp8 && (D * kKvBytes) % 128 == 0;
+  using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads, kSwizzled>;
   static constexpr int kRawTileBytes = kKeys * Loader::kPitch;  // one of K or V, cache dtype
-  static constexpr int kComputeTileBytes = kKeys * kPitch * 2;  // fp8: the converted tile
   static constexpr int kQBytes = kRows * kPitch * 2;
   static constexpr int kRowInfoOffset = kQBytes;
   static constexpr int kLoopOffset = round_up(kRowInfoOffset + kRows * static_cast<int>(sizeof(RowInfo)), 128);
   static constexpr int kStageBytes = 2 * kRawTileBytes;
-  static constexpr int kComputeOffset = kStages * kStageBytes;  // within the loop region
-  static constexpr int kLoopBytes = kComputeOffset + (kFp8 ? 2 * kComputeTileBytes : 0);
+  static constexpr int kLoopBytes = kStages * kStageBytes;
   // The epilogue reuses the loop region: every warp's float accumulator, max and sum.
   static constexpr int kEpiloguePitch = D + 4;
-  static constexpr int kEpilogueBytes = kWarps * 16 * kEpiloguePitch * 4 + 2 * kWarps * 16 * 4;
+  static constexpr int kEpilogueBytes = kWarps * kWarpRows * kEpiloguePitch * 4 + 2 * kWarps * kWarpRows * 4;
   static constexpr int kBytes = kLoopOffset + max_of(kLoopBytes, kEpilogueBytes);
   static_assert(D % 16 == 0 && kWarpKeys % 16 == 0, "tensor-core steps are 16 wide");
+  static_assert(kRows <= kThreads, "plan_rows gives each packed row a thread");
+  static_assert(kStages >= 2, "the ring overlaps one tile's loads with another's math");
 };
 
 template <int D, DType kQ, DType kKv>
 struct Family {
-  using Decode = TileConfig<D, kQ, kKv, 1>;
-  using Prefill = TileConfig<D, kQ, kKv, 4>;
+  using Decode = TileConfig<D, kQ, kKv, 1, 1, decode_ring(D, is_fp8(kKv) ? 1 : 2)>;
+  using Prefill = TileConfig<D, kQ, kKv, kWarps, varlen_prefill_rows(D) / (16 * kWarps), prefill_ring(D)>;
+  static_assert(Decode::kRows == kVarlenDecodeRows && Prefill::kRows == varlen_prefill_rows(D),
+                "the plan's tile rows are the kernel's");
   static constexpr int kDecodeBytes = Decode::kBytes;
   static constexpr int kMixedBytes = max_of(Decode::kBytes, Prefill::kBytes);
 };
@@ -91,26 +114,38 @@ __device__ __forceinline__ std::uint32_t dynamic_smem_bytes() {
   return bytes;
 }
 
-// fp8 tiles: the raw tile (cache bytes) becomes a 16-bit tile of the activation dtype, exactly.
-template <class C, DType kQ, DType kKv>
-__device__ __forceinline__ void convert_tile(const unsigned char* raw, unsigned char* converted) {
-  constexpr int kChunksPerRow = C::kHeadDim / 16;  // 16 fp8 values per chunk
-  constexpr int kChunks = C::kKeys * kChunksPerRow;
-  for (int c = static_cast<int>(threadIdx.x); c < kChunks; c += kThreads) {
-    const int row = c / kChunksPerRow;
-    const int column = (c % kChunksPerRow) * 16;
-    const uint4 bytes = *reinterpret_cast<const uint4*>(raw + row * C::Loader::kPitch + column);
-    const std::uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-    std::uint32_t out[8];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      out[2 * w] = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(words[w] & 0xFFFFu));
-      out[2 * w + 1] = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(words[w] >> 16));
-    }
-    uint4* dst = reinterpret_cast<uint4*>(converted + (row * C::kPitch + column) * 2);
-    dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-    dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-  }
+// fp8 KV is converted in registers, exactly (every e4m3 and e5m2 value is a float16 and a
+// bfloat16), from the raw cache bytes in shared memory, in fragment layouts of its own:
+// - K (B of S = Q K^T): a 32-bit load of a key row at dims 16 ks + 4 quad .. + 3 gives the two
+//   registers of the fragment, so the contraction runs over dims in the order 4q, 4q+1, 4q+2, 4q+3
+//   of each 16; Q's A fragments are loaded in the same order (q_fragment_fp8), which leaves every
+//   dot product unchanged.
+// - V (B of O += P V): 32-bit loads of keys 2 quad, 2 quad + 1 (+ 8, + 9) at dims 4 c .. 4 c + 3 with
+//   c = group + 8 m, byte-permuted into key pairs, give the fragments of four 8-column blocks at
+//   once; block 4 m + i, column j holds dim 32 m + 4 j + i (fp8_out_dim). A head size that is not a
+//   multiple of 32 finishes its last 16 dims with byte loads in the natural order.
+// The PV product runs in float16 (P in [0, 1] and fp8 V are exact there) whatever the activation
+// dtype, so V needs one conversion instruction per pair.
+template <int D>
+__device__ __forceinline__ int fp8_out_dim(int block, int quad, int e) {
+  constexpr int kPermutedBlocks = D / 32 * 4;
+  if (block < kPermutedBlocks) return 32 * (block / 4) + 8 * quad + 4 * e + block % 4;
+  return block * 8 + quad * 2 + e;
+}
+
+// Q's A fragment (rows `row0`, `row0 + 8`) in the fp8 K order.
+template <int kPitch>
+__device__ __forceinline__ void q_fragment_fp8(std::uint32_t (&a)[4], const std::uint16_t* row0, int ks, int quad) {
+  const uint2 lo = *reinterpret_cast<const uint2*>(row0 + ks * 16 + quad * 4);
+  const uint2 hi = *reinterpret_cast<const uint2*>(row0 + 8 * kPitch + ks * 16 + quad * 4);
+  a[0] = lo.x;
+  a[1] = hi.x;
+  a[2] = lo.y;
+  a[3] = hi.y;
+}
+
+__device__ __forceinline__ std::uint32_t shared_u32(const unsigned char* p) {
+  return *reinterpret_cast<const std::uint32_t*>(p);
 }
 
 template <DType kQ>
@@ -227,11 +262,11 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     const bool prefix = item.kind == static_cast<std::int32_t>(VarlenTileKind::kPrefix);
     const int table_row = prefix ? 0 : item.request;
     loader.head_base = static_cast<const unsigned char*>(p.kv.data) + kv_head * p.kv.stride_head * kv_bytes;
-    loader.block_stride = p.kv.stride_block * kv_bytes;
-    loader.token_stride = p.kv.stride_token * kv_bytes;
-    loader.v_offset = p.kv.v_offset * kv_bytes;
+    loader.block_stride = static_cast<std::uint32_t>(p.kv.stride_block * kv_bytes);
+    loader.token_stride = static_cast<std::uint32_t>(p.kv.stride_token * kv_bytes);
+    loader.v_offset = static_cast<std::uint32_t>(p.kv.v_offset * kv_bytes);
     loader.pages = p.block_table + static_cast<std::int64_t>(table_row) * p.block_table_stride;
-    loader.num_blocks = p.kv.num_blocks;
+    loader.num_blocks = static_cast<std::int32_t>(p.kv.num_blocks);
     loader.set_page_size(p.kv.page_size);
     loader.end = hi + 1;
   }
@@ -243,7 +278,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < tiles) {
-      loader.issue(k_stage(s), v_stage(s), lo + s * C::kKeys);
+      loader.issue(k_stage(s), v_stage(s));
       loader.lookup(lo + (s + 1) * C::kKeys);
     }
     tc::commit_async();
@@ -253,23 +288,23 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int group_id = lane / 4, quad = lane % 4;
   const int m_index = warp % C::kWarpsM, n_index = warp / C::kWarpsM;
-  const int row0 = m_index * 16 + group_id;  // this thread's rows: row0 and row0 + 8
-  const RowInfo my_rows[2] = {rows[row0], rows[row0 + 8]};
-  float slope[2] = {0.0f, 0.0f};
-  if (p.alibi_slopes != nullptr) {
-    slope[0] = my_rows[0].token >= 0 ? p.alibi_slopes[my_rows[0].head] : 0.0f;
-    slope[1] = my_rows[1].token >= 0 ? p.alibi_slopes[my_rows[1].head] : 0.0f;
-  }
+  constexpr int RB = C::kRowBlocks;
+  // This thread's rows: row_of(rb, half) = the warp's block rb, fragment row group_id (+ 8).
+  const int warp_row0 = m_index * C::kWarpRows;
+  auto row_of = [&](int rb, int half) { return warp_row0 + rb * 16 + group_id + half * 8; };
+  const bool has_alibi = p.alibi_slopes != nullptr;
   const float score_scale = p.scale * p.kv.k_scale;
 
-  FragmentSoftmax<kKeyBlocks> softmax;
-  float acc[kDimBlocks][4];
+  FragmentSoftmax<kKeyBlocks> softmax[RB];
+  float acc[RB][kDimBlocks][4];
 #pragma unroll
-  for (int b = 0; b < kDimBlocks; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
+  for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+    for (int b = 0; b < kDimBlocks; ++b) acc[rb][b][0] = acc[rb][b][1] = acc[rb][b][2] = acc[rb][b][3] = 0.0f;
 
   // Decode tiles of heads up to 128 keep the warp's Q fragments in registers across tiles.
-  constexpr bool kQInRegisters = C::kWarpsM == 1 && D <= 128;
-  const std::uint16_t* q_rows = q_tile + (m_index * 16 + lane % 16) * C::kPitch + (lane / 16) * 8;
+  constexpr bool kQInRegisters = C::kWarpsM == 1 && RB == 1 && D <= 128;
+  const std::uint16_t* q_rows = q_tile + (warp_row0 + lane % 16) * C::kPitch + (lane / 16) * 8;
   std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
 
   for (int n = 0; n < tiles; ++n) {
@@ -278,132 +313,225 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     if constexpr (kQInRegisters) {
       if (n == 0) {  // Q arrived with the first tile's group
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) tc::ldmatrix_x4(q_frag[ks], q_rows + ks * 16);
+        for (int ks = 0; ks < D / 16; ++ks) {
+          if constexpr (C::kFp8) {
+            q_fragment_fp8<C::kPitch>(q_frag[ks], q_tile + row_of(0, 0) * C::kPitch, ks, quad);
+          } else {
+            tc::ldmatrix_x4(q_frag[ks], q_rows + ks * 16);
+          }
+        }
       }
     }
     if (n + C::kStages - 1 < tiles) {
       const int s = (n + C::kStages - 1) % C::kStages;
-      loader.issue(k_stage(s), v_stage(s), lo + (n + C::kStages - 1) * C::kKeys);
+      loader.issue(k_stage(s), v_stage(s));
       loader.lookup(lo + (n + C::kStages) * C::kKeys);
     }
     tc::commit_async();
     const int stage = n % C::kStages;
-    const std::uint16_t* k_tile;
-    const std::uint16_t* v_tile;
-    if constexpr (C::kFp8) {
-      unsigned char* k_converted = loop + C::kComputeOffset;
-      unsigned char* v_converted = k_converted + C::kComputeTileBytes;
-      convert_tile<C, kQ, kKv>(k_stage(stage), k_converted);
-      convert_tile<C, kQ, kKv>(v_stage(stage), v_converted);
-      __syncthreads();
-      k_tile = reinterpret_cast<const std::uint16_t*>(k_converted);
-      v_tile = reinterpret_cast<const std::uint16_t*>(v_converted);
-    } else {
-      k_tile = reinterpret_cast<const std::uint16_t*>(k_stage(stage));
-      v_tile = reinterpret_cast<const std::uint16_t*>(v_stage(stage));
-    }
+    const auto* k_tile = reinterpret_cast<const std::uint16_t*>(k_stage(stage));
+    const auto* v_tile = reinterpret_cast<const std::uint16_t*>(v_stage(stage));
     const std::int32_t tile_first = lo + n * C::kKeys;
     const std::int32_t warp_first = tile_first + n_index * C::kWarpKeys;
 
-    // S = Q K^T for this warp's 16 rows and kWarpKeys keys.
-    float scores[kKeyBlocks][4];
+    // S = Q K^T for this warp's rows and kWarpKeys keys; each K fragment serves every row block.
+    float scores[RB][kKeyBlocks][4];
 #pragma unroll
-    for (int b = 0; b < kKeyBlocks; ++b) scores[b][0] = scores[b][1] = scores[b][2] = scores[b][3] = 0.0f;
+    for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+      for (int b = 0; b < kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
     const std::uint16_t* k_rows =
         k_tile + (n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8) * C::kPitch + ((lane / 8) % 2) * 8;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      std::uint32_t a[4];
-      if constexpr (kQInRegisters) {
-        a[0] = q_frag[ks][0];
-        a[1] = q_frag[ks][1];
-        a[2] = q_frag[ks][2];
-        a[3] = q_frag[ks][3];
-      } else {
-        tc::ldmatrix_x4(a, q_rows + ks * 16);
-      }
+      std::uint32_t a[RB][4];
 #pragma unroll
-      for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
-        std::uint32_t b[4];
-        tc::ldmatrix_x4(b, k_rows + kb * 16 * C::kPitch + ks * 16);
-        tc::mma_16816<kQ>(scores[2 * kb], a, b[0], b[1]);
-        tc::mma_16816<kQ>(scores[2 * kb + 1], a, b[2], b[3]);
+      for (int rb = 0; rb < RB; ++rb) {
+        if constexpr (kQInRegisters) {
+          a[rb][0] = q_frag[ks][0];
+          a[rb][1] = q_frag[ks][1];
+          a[rb][2] = q_frag[ks][2];
+          a[rb][3] = q_frag[ks][3];
+        } else if constexpr (C::kFp8) {
+          q_fragment_fp8<C::kPitch>(a[rb], q_tile + row_of(rb, 0) * C::kPitch, ks, quad);
+        } else {
+          tc::ldmatrix_x4(a[rb], q_rows + rb * 16 * C::kPitch + ks * 16);
+        }
+      }
+      if constexpr (C::kFp8) {
+        // Key rows n_index * kWarpKeys + 8 kb + group_id: (row & 7) == group_id for the swizzle.
+        const unsigned char* k_raw = reinterpret_cast<const unsigned char*>(k_tile) +
+                                     (n_index * C::kWarpKeys + group_id) * C::Loader::kPitch +
+                                     C::Loader::chunk_offset(ks, group_id) + quad * 4;
+#pragma unroll
+        for (int kb = 0; kb < kKeyBlocks; ++kb) {
+          const std::uint32_t w = shared_u32(k_raw + kb * 8 * C::Loader::kPitch);
+          const std::uint32_t b0 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w & 0xFFFFu));
+          const std::uint32_t b1 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w >> 16));
+#pragma unroll
+          for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kQ>(scores[rb][kb], a[rb], b0, b1);
+        }
+      } else {
+#pragma unroll
+        for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
+          std::uint32_t b[4];
+          tc::ldmatrix_x4(b, k_rows + kb * 16 * C::kPitch + ks * 16);
+#pragma unroll
+          for (int rb = 0; rb < RB; ++rb) {
+            tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
+            tc::mma_16816<kQ>(scores[rb][2 * kb + 1], a[rb], b[2], b[3]);
+          }
+        }
       }
     }
 
     // Logits: scale (with the fp8 K scale), soft-cap, ALiBi, then the mask where the tile is not
-    // visible to every row.
+    // visible to every row. The rows' positions and bounds are read from shared memory only on
+    // those paths, so they hold no registers across the loop.
     const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
 #pragma unroll
-    for (int b = 0; b < kKeyBlocks; ++b) {
+    for (int rb = 0; rb < RB; ++rb) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
-        float s = scores[b][e] * score_scale;
-        if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
-        s += slope[half] * static_cast<float>(key - my_rows[half].position);
-        if (!all_visible && (key < my_rows[half].first || key > my_rows[half].last)) s = -INFINITY;
-        scores[b][e] = s;
+      for (int half = 0; half < 2; ++half) {
+        const RowInfo& row = rows[row_of(rb, half)];
+        const bool masked = !all_visible;
+        const float slope = has_alibi && row.token >= 0 ? p.alibi_slopes[row.head] : 0.0f;
+        const std::int32_t position = has_alibi || masked ? row.position : 0;
+        const std::int32_t first = masked ? row.first : 0, last = masked ? row.last : 0;
+#pragma unroll
+        for (int b = 0; b < kKeyBlocks; ++b) {
+#pragma unroll
+          for (int e = 2 * half; e < 2 * half + 2; ++e) {
+            const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
+            float s = scores[rb][b][e] * score_scale;
+            if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
+            if (has_alibi) s += slope * static_cast<float>(key - position);
+            if (masked && (key < first || key > last)) s = -INFINITY;
+            scores[rb][b][e] = s;
+          }
+        }
       }
     }
-    float rescale[2];
-    softmax.update(scores, rescale);
+    float rescale[RB][2];
+    bool any_rescale = false;
+#pragma unroll
+    for (int rb = 0; rb < RB; ++rb) {
+      softmax[rb].update(scores[rb], rescale[rb]);
+      any_rescale = any_rescale || rescale[rb][0] != 1.0f || rescale[rb][1] != 1.0f;
+    }
     // After the first tiles the running max rarely moves: skip the multiply when no row of the
     // warp needs it.
-    if (__any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+    if (__any_sync(0xFFFFFFFFu, any_rescale)) {
 #pragma unroll
-      for (int b = 0; b < kDimBlocks; ++b) {
-        acc[b][0] *= rescale[0];
-        acc[b][1] *= rescale[0];
-        acc[b][2] *= rescale[1];
-        acc[b][3] *= rescale[1];
-      }
+      for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+        for (int b = 0; b < kDimBlocks; ++b) {
+          acc[rb][b][0] *= rescale[rb][0];
+          acc[rb][b][1] *= rescale[rb][0];
+          acc[rb][b][2] *= rescale[rb][1];
+          acc[rb][b][3] *= rescale[rb][1];
+        }
     }
 
-    // O += P V: the probabilities' C fragments are the A fragments of the next product.
+    // O += P V: the probabilities' C fragments are the A fragments of the next product; each V
+    // fragment serves every row block.
     const std::uint16_t* v_rows =
         v_tile + (n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8) * C::kPitch + (lane / 16) * 8;
+    constexpr DType kPv = C::kFp8 ? DType::kFloat16 : kQ;  // the PV product's input type
 #pragma unroll
     for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
-      const std::uint32_t a[4] = {
-          tc::pack_pair<kQ>(scores[2 * kk][0], scores[2 * kk][1]),
-          tc::pack_pair<kQ>(scores[2 * kk][2], scores[2 * kk][3]),
-          tc::pack_pair<kQ>(scores[2 * kk + 1][0], scores[2 * kk + 1][1]),
-          tc::pack_pair<kQ>(scores[2 * kk + 1][2], scores[2 * kk + 1][3]),
-      };
+      std::uint32_t a[RB][4];
 #pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        std::uint32_t b[4];
-        tc::ldmatrix_x4_trans(b, v_rows + kk * 16 * C::kPitch + dn * 16);
-        tc::mma_16816<kQ>(acc[2 * dn], a, b[0], b[1]);
-        tc::mma_16816<kQ>(acc[2 * dn + 1], a, b[2], b[3]);
+      for (int rb = 0; rb < RB; ++rb) {
+        a[rb][0] = tc::pack_pair<kPv>(scores[rb][2 * kk][0], scores[rb][2 * kk][1]);
+        a[rb][1] = tc::pack_pair<kPv>(scores[rb][2 * kk][2], scores[rb][2 * kk][3]);
+        a[rb][2] = tc::pack_pair<kPv>(scores[rb][2 * kk + 1][0], scores[rb][2 * kk + 1][1]);
+        a[rb][3] = tc::pack_pair<kPv>(scores[rb][2 * kk + 1][2], scores[rb][2 * kk + 1][3]);
+      }
+      if constexpr (C::kFp8) {
+        constexpr int P = C::Loader::kPitch;
+        // Rows 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 of these 16 keys.
+        const unsigned char* v_raw = reinterpret_cast<const unsigned char*>(v_tile) +
+                                     (n_index * C::kWarpKeys + kk * 16 + 2 * quad) * P;
+#pragma unroll
+        for (int m = 0; m < D / 32; ++m) {
+          // Dims 4 (group_id + 8 m) ..: chunk group_id / 4 + 2 m, bytes 4 (group_id % 4); rows
+          // 2 quad (+ 8) have (row & 7) == 2 quad, rows 2 quad + 1 (+ 9) 2 quad + 1.
+          const int chunk = group_id / 4 + 2 * m, within = 4 * (group_id % 4);
+          const unsigned char* even = v_raw + C::Loader::chunk_offset(chunk, 2 * quad) + within;
+          const unsigned char* odd = v_raw + P + C::Loader::chunk_offset(chunk, 2 * quad + 1) + within;
+          const std::uint32_t r0 = shared_u32(even), r1 = shared_u32(odd);
+          const std::uint32_t r8 = shared_u32(even + 8 * P), r9 = shared_u32(odd + 8 * P);
+          // Key pairs per dim: {r0.byte i, r1.byte i} for dims 4c + i.
+          const std::uint32_t lo[2] = {__byte_perm(r0, r1, 0x5140), __byte_perm(r0, r1, 0x7362)};
+          const std::uint32_t hi[2] = {__byte_perm(r8, r9, 0x5140), __byte_perm(r8, r9, 0x7362)};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int shift = 16 * (i % 2);
+            const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(lo[i / 2] >> shift));
+            const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(hi[i / 2] >> shift));
+#pragma unroll
+            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][4 * m + i], a[rb], b0, b1);
+          }
+        }
+        if constexpr (D % 32 != 0) {  // the last 16 dims: byte loads, natural column order
+          static_assert(!C::kSwizzled, "swizzled rows are multiples of 128 bytes");
+          const unsigned char* tail = v_raw + (D / 32) * 32;
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            const unsigned char* column = tail + 8 * t + group_id;
+            const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(
+                static_cast<std::uint16_t>(column[0] | (static_cast<std::uint32_t>(column[P]) << 8)));
+            const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(
+                static_cast<std::uint16_t>(column[8 * P] | (static_cast<std::uint32_t>(column[9 * P]) << 8)));
+#pragma unroll
+            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][D / 32 * 4 + t], a[rb], b0, b1);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int dn = 0; dn < D / 16; ++dn) {
+          std::uint32_t b[4];
+          tc::ldmatrix_x4_trans(b, v_rows + kk * 16 * C::kPitch + dn * 16);
+#pragma unroll
+          for (int rb = 0; rb < RB; ++rb) {
+            tc::mma_16816<kQ>(acc[rb][2 * dn], a[rb], b[0], b[1]);
+            tc::mma_16816<kQ>(acc[rb][2 * dn + 1], a[rb], b[2], b[3]);
+          }
+        }
       }
     }
   }
-  softmax.finish();
+#pragma unroll
+  for (int rb = 0; rb < RB; ++rb) softmax[rb].finish();
   tc::wait_async<0>();
   __syncthreads();  // the loop region becomes the epilogue's
 
-  // Every warp's unnormalized accumulator, max and sum; then the warps sharing rows are merged.
+  // Every warp's unnormalized accumulator, max and sum, at slot warp * kWarpRows + its row; then
+  // the warps sharing rows (decode tiles: all four) are merged.
   float* partial_acc = reinterpret_cast<float*>(loop);
-  float* partial_max = partial_acc + kWarps * 16 * C::kEpiloguePitch;
-  float* partial_sum = partial_max + kWarps * 16;
+  float* partial_max = partial_acc + kWarps * C::kWarpRows * C::kEpiloguePitch;
+  float* partial_sum = partial_max + kWarps * C::kWarpRows;
 #pragma unroll
-  for (int b = 0; b < kDimBlocks; ++b) {
-    const int column = b * 8 + quad * 2;
-    float* r0 = partial_acc + (warp * 16 + group_id) * C::kEpiloguePitch + column;
-    float* r1 = r0 + 8 * C::kEpiloguePitch;
-    r0[0] = acc[b][0];
-    r0[1] = acc[b][1];
-    r1[0] = acc[b][2];
-    r1[1] = acc[b][3];
-  }
-  if (quad == 0) {
-    partial_max[warp * 16 + group_id] = softmax.max[0];
-    partial_max[warp * 16 + group_id + 8] = softmax.max[1];
-    partial_sum[warp * 16 + group_id] = softmax.sum[0];
-    partial_sum[warp * 16 + group_id + 8] = softmax.sum[1];
+  for (int rb = 0; rb < RB; ++rb) {
+    const int slot = warp * C::kWarpRows + rb * 16 + group_id;
+#pragma unroll
+    for (int b = 0; b < kDimBlocks; ++b) {
+      float* r0 = partial_acc + slot * C::kEpiloguePitch;
+      float* r1 = r0 + 8 * C::kEpiloguePitch;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int column = C::kFp8 ? fp8_out_dim<D>(b, quad, e) : b * 8 + quad * 2 + e;
+        r0[column] = acc[rb][b][e];
+        r1[column] = acc[rb][b][2 + e];
+      }
+    }
+    if (quad == 0) {
+      partial_max[slot] = softmax[rb].max[0];
+      partial_max[slot + 8] = softmax[rb].max[1];
+      partial_sum[slot] = softmax[rb].sum[0];
+      partial_sum[slot + 8] = softmax[rb].sum[1];
+    }
   }
   __syncthreads();
 
@@ -413,19 +541,20 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     const int column = (c % kChunksPerRow) * 4;
     const RowInfo& info = rows[row];
     if (info.token < 0) continue;
-    const int r = row % 16;
+    // Row `row` is row r of warp-row group m, held by warps m + k * kWarpsM.
+    const int m = row / C::kWarpRows, r = row % C::kWarpRows;
     float max = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, partial_max[(row / 16 + k * C::kWarpsM) * 16 + r]);
+    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, partial_max[(m + k * C::kWarpsM) * C::kWarpRows + r]);
     float sum = 0.0f;
     float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (max != -INFINITY) {
 #pragma unroll
       for (int k = 0; k < C::kWarpsN; ++k) {
-        const int w = row / 16 + k * C::kWarpsM;
-        const float weight = expf(partial_max[w * 16 + r] - max);
-        sum += partial_sum[w * 16 + r] * weight;
-        const float4 v = *reinterpret_cast<const float4*>(partial_acc + (w * 16 + r) * C::kEpiloguePitch + column);
+        const int slot = (m + k * C::kWarpsM) * C::kWarpRows + r;
+        const float weight = expf(partial_max[slot] - max);
+        sum += partial_sum[slot] * weight;
+        const float4 v = *reinterpret_cast<const float4*>(partial_acc + slot * C::kEpiloguePitch + column);
         o[0] += v.x * weight;
         o[1] += v.y * weight;
         o[2] += v.z * weight;
@@ -456,15 +585,18 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   }
 }
 
-// Per layer per step (hot path, device): one CTA per (work item, KV head). CTAs past the plan's
-// device count exit, so a captured graph's grid (the capacity of its padded shape) serves any step.
+// Per layer per step (hot path, device): one CTA per (work item, KV head), the KV head fastest, so
+// the CTAs of one item run together and read the heads of the same pages (contiguous in the fused
+// HND layout) at the same time. CTAs past the plan's device count exit, so a captured graph's grid
+// (the capacity of its padded shape) serves any step.
 template <int D, DType kQ, DType kKv>
 __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(D)) varlen_attention_kernel(const __grid_constant__ VarlenParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   tc::launch_dependents();  // the merge kernel's CTAs may be scheduled as this grid drains
-  if (static_cast<std::int32_t>(blockIdx.x) >= *p.num_work_items) return;
-  const VarlenWorkItem item = p.work_items[blockIdx.x];
-  const int kv_head = static_cast<int>(blockIdx.y);
+  const auto item_index = static_cast<std::int32_t>(blockIdx.x / static_cast<unsigned>(p.num_kv_heads));
+  if (item_index >= *p.num_work_items) return;
+  const VarlenWorkItem item = p.work_items[item_index];
+  const int kv_head = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_kv_heads));
   switch (static_cast<VarlenTileKind>(item.kind)) {
     case VarlenTileKind::kDecode:
       attend<typename Family<D, kQ, kKv>::Decode, kQ, kKv>(p, item, kv_head, smem);
@@ -506,7 +638,7 @@ cudaError_t launch(const VarlenParams& p, cudaStream_t stream) {
   using F = Family<D, kQ, kKv>;
   static const cudaError_t prepared = prepare<D, kQ, kKv>(nullptr);  // first call only
   if (prepared != cudaSuccess) return prepared;
-  const dim3 grid(static_cast<unsigned>(p.grid_work_items), static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid(static_cast<unsigned>(p.grid_work_items) * static_cast<unsigned>(p.num_kv_heads));
   varlen_attention_kernel<D, kQ, kKv>
       <<<grid, kThreads, p.prefill_tiles ? F::kMixedBytes : F::kDecodeBytes, stream>>>(p);
   return cudaGetLastError();

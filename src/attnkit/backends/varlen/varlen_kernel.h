@@ -15,14 +15,21 @@ namespace attnkit::kernels {
 // Query rows are packed per KV head: the g = num_q_heads / num_kv_heads query heads of one KV
 // head times the request's query tokens, token-major (packed row i of a request is token
 // query_start + i / g, query head kv_head * g + i % g). A CTA owns a tile of packed rows and one
-// KV head (grid.y), so each KV page it reads serves every query head of its group (GQA packing).
+// KV head (CTA i: work item i / num_kv_heads, KV head i % num_kv_heads), so each KV page it reads
+// serves every query head of its group (GQA packing).
 enum class VarlenTileKind : std::int32_t {
   kDecode = 0,   // 16 packed rows; the 4 warps split the keys of each KV tile, merged at the end
-  kPrefill = 1,  // 64 packed rows; each warp owns 16 rows and every key
-  kPrefix = 2,   // B4 prefix pass: 64 packed rows of the WHOLE batch (row i: token i / g) over the
+  kPrefill = 1,  // varlen_prefill_rows packed rows; each warp owns a quarter of them and every key
+  kPrefix = 2,   // B4 prefix pass: prefill-sized tiles of the WHOLE batch (row i: token i / g) over the
                  // shared prefix keys, read from block-table row 0; always writes partial 0
   kFill = 3,     // zero output / -inf LSE for padding tokens [row_begin, kv_begin) (no keys)
 };
+
+// Packed rows per tile, read by the kernels and by the builder's plan. Prefill warps own two
+// 16-row blocks (each K/V fragment feeds two matrix products) where the 2 x 16 x head_size float
+// accumulator fits the registers of two CTAs per SM (heads up to 128), one block otherwise.
+inline constexpr std::int32_t kVarlenDecodeRows = 16;
+constexpr std::int32_t varlen_prefill_rows(std::int32_t head_size) { return head_size <= 128 ? 128 : 64; }
 
 // One CTA's work (per KV head). 24 bytes, written by the builder into its pinned mirror and read
 // once per CTA.
@@ -72,7 +79,7 @@ struct VarlenParams {
   // The plan (device, the builder's workspace).
   const VarlenWorkItem* work_items = nullptr;
   const std::int32_t* num_work_items = nullptr;  // device scalar: CTAs past it exit
-  std::int32_t grid_work_items = 0;              // launch grid.x (>= the device count)
+  std::int32_t grid_work_items = 0;              // work items the grid covers (>= the device count)
   const std::int32_t* partial_base = nullptr;    // [num_reqs]
   const std::int32_t* num_partials = nullptr;    // [num_reqs]
   const VarlenMergeItem* merge_items = nullptr;

@@ -125,6 +125,15 @@ cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
   return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16>, p);
 }
 
+// The kernels address within a KV block in 32 bits (the block's own offset is 64-bit): its stride
+// and the V offset in bytes, and block indices of the int32 block table.
+bool kv_addressable(const PagedKVCache& kv) {
+  const std::int64_t bytes = is_fp8(kv.dtype) ? 1 : 2;
+  constexpr std::int64_t kMax = 0xFFFFFFFFll;
+  return kv.stride_block >= 0 && kv.stride_block * bytes <= kMax && kv.stride_token >= 0 &&
+         kv.v_offset >= 0 && kv.v_offset * bytes <= kMax && kv.num_blocks <= 0x7FFFFFFFll;
+}
+
 }  // namespace
 
 bool varlen_instantiated(int head_size, DType activation, DType kv) {
@@ -135,7 +144,7 @@ bool varlen_instantiated(int head_size, DType activation, DType kv) {
 LaunchStatus launch_varlen_attention(const VarlenParams& p, void* stream) {
   const Instantiation entry = find(p.head_size, p.activation_dtype, p.kv.dtype);
   if (entry.launch == nullptr || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 || p.kv.page_size <= 0 ||
-      p.grid_work_items < 0 || p.grid_merge_items < 0) {
+      p.grid_work_items < 0 || p.grid_merge_items < 0 || !kv_addressable(p.kv)) {
     return {cudaErrorInvalidValue, kKernelName};
   }
   const auto s = static_cast<cudaStream_t>(stream);

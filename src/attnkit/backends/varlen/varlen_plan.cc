@@ -39,7 +39,7 @@ RequestShape shape_of(const VarlenPlanLimits& limits, const VarlenPlanInput& in,
   s.query_len = in.query_start_loc[static_cast<std::size_t>(r) + 1] - in.query_start_loc[static_cast<std::size_t>(r)];
   const std::int64_t rows = static_cast<std::int64_t>(s.query_len) * limits.group_size();
   s.decode = rows <= kVarlenDecodeRows;
-  s.tiles = rows == 0 ? 0 : (s.decode ? 1 : ceil_div(rows, kVarlenPrefillRows));
+  s.tiles = rows == 0 ? 0 : (s.decode ? 1 : ceil_div(rows, limits.prefill_rows()));
   s.own_keys = std::max(0, in.seq_lens[static_cast<std::size_t>(r)] - prefix);
   return s;
 }
@@ -51,7 +51,7 @@ std::int32_t tiles_of(const VarlenPlanLimits& limits, const VarlenPlanInput& in,
 }
 
 std::int32_t prefix_tiles_of(const VarlenPlanLimits& limits, const VarlenPlanInput& in) {
-  return ceil_div(static_cast<std::int64_t>(in.num_actual_tokens) * limits.group_size(), kVarlenPrefillRows);
+  return ceil_div(static_cast<std::int64_t>(in.num_actual_tokens) * limits.group_size(), limits.prefill_rows());
 }
 
 void check_input(const VarlenPlanLimits& limits, const VarlenPlanInput& in, const VarlenPlanBuffers& out) {
@@ -91,13 +91,13 @@ struct SplitChoice {
 
 std::int32_t varlen_work_capacity(const VarlenPlanLimits& limits, std::int32_t num_tokens_padded,
                                   std::int32_t num_reqs_padded) {
-  // Tiles: a decode request has one, a prefill request ceil(q*g/64) <= q*g/64 + 1, so all of them
-  // <= T*g/64 + R; cascade adds ceil(T*g/64) prefix tiles; padding ceil(T/64) fills; split-KV adds at
+  // Tiles (P = prefill rows): a decode request has one, a prefill request ceil(q*g/P) <= q*g/P + 1,
+  // so all of them <= T*g/P + R; cascade adds ceil(T*g/P) prefix tiles; padding ceil(T/64) fills; split-KV adds at
   // most kVarlenMaxSplitWaves waves of CTAs (the rule treats more as infeasible).
   const std::int64_t packed = static_cast<std::int64_t>(num_tokens_padded) * limits.group_size();
   const std::int64_t split_extra = static_cast<std::int64_t>(kVarlenMaxSplitWaves) * limits.num_sms *
                                    std::max(limits.ctas_per_sm_decode, limits.ctas_per_sm_mixed) / limits.num_kv_heads;
-  return static_cast<std::int32_t>(2 * ceil_div(packed, kVarlenPrefillRows) + num_reqs_padded +
+  return static_cast<std::int32_t>(2 * ceil_div(packed, limits.prefill_rows()) + num_reqs_padded +
                                    ceil_div(num_tokens_padded, kVarlenFillTokens) + split_extra + 1);
 }
 
@@ -216,7 +216,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     out.work_items[static_cast<std::size_t>(item_count++)] =
         VarlenWorkItem{static_cast<std::int32_t>(kind), request, row_begin, kv_begin, kv_end, partial};
   };
-  for (std::int32_t t = 0; t < prefix_tiles; ++t) push(VarlenTileKind::kPrefix, 0, t * kVarlenPrefillRows, 0, prefix, 0);
+  for (std::int32_t t = 0; t < prefix_tiles; ++t) push(VarlenTileKind::kPrefix, 0, t * limits.prefill_rows(), 0, prefix, 0);
   for (std::int32_t r = in.num_reqs; r < in.num_reqs_padded; ++r) {
     out.partial_base[static_cast<std::size_t>(r)] = 0;
     out.num_partials[static_cast<std::size_t>(r)] = 0;
@@ -248,7 +248,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
           const std::int32_t begin = prefix + i * chunk;
           const std::int32_t end = i + 1 == splits ? INT32_MAX : prefix + (i + 1) * chunk;
           const std::int32_t partial = partials ? i + (cascade ? 1 : 0) : -1;
-          push(kind, r, tile * (s.decode ? kVarlenDecodeRows : kVarlenPrefillRows), begin, end, partial);
+          push(kind, r, tile * (s.decode ? kVarlenDecodeRows : limits.prefill_rows()), begin, end, partial);
         }
       }
     }

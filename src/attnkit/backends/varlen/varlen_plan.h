@@ -27,11 +27,11 @@ struct VarlenPlanLimits {
   std::int32_t max_partial_rows = 0;
 
   std::int32_t group_size() const { return num_q_heads / num_kv_heads; }
+  // Packed (token, query head) rows of a prefill or prefix tile (decode tiles: kVarlenDecodeRows).
+  std::int32_t prefill_rows() const { return kernels::varlen_prefill_rows(head_size); }
 };
 
-// Rows of packed (token, query head) per tile kind.
-inline constexpr std::int32_t kVarlenDecodeRows = 16;
-inline constexpr std::int32_t kVarlenPrefillRows = 64;
+using kernels::kVarlenDecodeRows;
 inline constexpr std::int32_t kVarlenFillTokens = 64;  // padding tokens per fill item
 // Split-KV never makes a chunk shorter than this many keys (two KV tiles; a CTA's fixed cost
 // would dominate), never more than kVarlenMaxSplits chunks per request, and never more than

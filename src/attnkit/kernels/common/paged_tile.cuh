@@ -11,25 +11,37 @@
 namespace attnkit::kernels {
 
 // A tile of kKeys consecutive keys of one KV head; each key's row is kRowBytes contiguous bytes
-// (head_size elements of the cache dtype), stored in shared memory at a pitch of kRowBytes + 16
-// (which spreads ldmatrix rows over all banks for every head size).
-template <int kKeys, int kRowBytes, int kThreads>
+// (head_size elements of the cache dtype), stored in shared memory either at a pitch of
+// kRowBytes + 16 (which spreads ldmatrix rows over all banks for every head size) or, kSwizzle,
+// at a pitch of kRowBytes with 16-byte chunk c of row r at chunk c ^ (r & 7) (no padding; rows of
+// a multiple of 128 bytes), which readers locate with chunk_offset.
+template <int kKeys, int kRowBytes, int kThreads, bool kSwizzle = false>
 struct PagedTileLoader {
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kChunks = kKeys * kChunksPerRow;
   static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-  static constexpr int kPitch = kRowBytes + 16;
+  static constexpr int kPitch = kSwizzle ? kRowBytes : kRowBytes + 16;
   static_assert(kRowBytes % 16 == 0, "rows are moved in 16-byte chunks");
+  static_assert(!kSwizzle || kRowBytes % 128 == 0, "the swizzle permutes groups of 8 chunks");
 
-  // One tile's addressing, fixed per CTA: the head's base, the byte strides, the page table row.
+  // Byte offset within its row of chunk `chunk` of a row whose index is `row` (mod 8).
+  __device__ __forceinline__ static int chunk_offset(int chunk, int row) {
+    return kSwizzle ? (chunk ^ (row & 7)) * 16 : chunk * 16;
+  }
+
+  // One tile's addressing, fixed per CTA. The launcher guarantees every in-block byte offset
+  // (block stride, V offset) fits 32 bits, so only the block's own offset is 64-bit.
   const unsigned char* head_base = nullptr;  // cache + kv_head * stride_head (bytes)
-  std::int64_t block_stride = 0, token_stride = 0, v_offset = 0;  // bytes
+  std::uint32_t block_stride = 0, token_stride = 0, v_offset = 0;  // bytes
   const std::int32_t* pages = nullptr;  // this request's block-table row
-  std::int64_t num_blocks = 0;
+  std::int32_t num_blocks = 0;
   std::int32_t page_size = 1;
   std::int32_t end = 0;  // keys >= end are not read (their rows are zero-filled)
 
-  std::int32_t page[kPerThread];  // the next tile's page of each of this thread's chunks
+  // The next tile, per chunk of this thread: its page (-1: none) and the chunk's address within
+  // the block plus head_base, both computed by lookup() so issue() is one multiply-add per chunk.
+  std::int32_t page[kPerThread];
+  const unsigned char* in_block[kPerThread];
 
   // Power-of-two page sizes (the usual ones) index pages with shifts; -1 = divide.
   std::int32_t page_shift = -1;
@@ -38,38 +50,47 @@ struct PagedTileLoader {
     page_size = size;
     page_shift = (size & (size - 1)) == 0 ? __ffs(size) - 1 : -1;
   }
-  __device__ __forceinline__ std::int32_t page_index(std::int32_t key) const {
-    return page_shift >= 0 ? key >> page_shift : key / page_size;
-  }
-  __device__ __forceinline__ std::int32_t in_page(std::int32_t key) const {
-    return page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+
+  // Shared-memory byte offset of this thread's chunk i of a tile.
+  __device__ __forceinline__ static int stored_offset(int i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int row = chunk / kChunksPerRow;
+    return row * kPitch + chunk_offset(chunk % kChunksPerRow, row);
   }
 
-  // Loads the pages of the tile starting at key `first` (no use of the values yet).
+  // Loads the pages of the tile starting at key `first` (their first use is the next issue()).
   __device__ __forceinline__ void lookup(std::int32_t first) {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
       const std::int32_t key = first + chunk / kChunksPerRow;
-      page[i] = (chunk < kChunks && key < end) ? __ldg(pages + page_index(key)) : -1;
+      const bool wanted = (kChunks % kThreads == 0 || chunk < kChunks) && key < end;
+      std::int32_t index, within;
+      if (page_shift >= 0) {
+        index = key >> page_shift;
+        within = key & (page_size - 1);
+      } else {
+        index = key / page_size;
+        within = key - index * page_size;
+      }
+      page[i] = wanted ? __ldg(pages + index) : -1;
+      in_block[i] = head_base + (static_cast<std::uint32_t>(within) * token_stride +
+                                 static_cast<std::uint32_t>((chunk % kChunksPerRow) * 16));
     }
   }
 
-  // Issues the K and V rows of the tile starting at `first` (whose pages lookup() loaded) into
-  // `k_tile` and `v_tile`. Keys past `end` or on a page outside the cache become zero rows.
-  __device__ __forceinline__ void issue(unsigned char* k_tile, unsigned char* v_tile, std::int32_t first) const {
+  // Issues the K and V rows of the tile whose pages lookup() loaded into `k_tile` and `v_tile`.
+  // Keys past `end` or on a page outside the cache become zero rows (nothing is read for them).
+  __device__ __forceinline__ void issue(unsigned char* k_tile, unsigned char* v_tile) const {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
       if (kChunks % kThreads != 0 && chunk >= kChunks) break;
-      const int row = chunk / kChunksPerRow;
-      const int column = (chunk % kChunksPerRow) * 16;
-      const std::int32_t key = first + row;
-      const bool valid = static_cast<std::uint32_t>(page[i]) < static_cast<std::uint64_t>(num_blocks);
-      const unsigned char* k = head_base + column;
-      if (valid) k += page[i] * block_stride + static_cast<std::int64_t>(in_page(key)) * token_stride;
-      tc::copy_16_async(k_tile + row * kPitch + column, k, valid);
-      tc::copy_16_async(v_tile + row * kPitch + column, valid ? k + v_offset : k, valid);
+      const bool valid = static_cast<std::uint32_t>(page[i]) < static_cast<std::uint32_t>(num_blocks);
+      const unsigned char* k =
+          in_block[i] + static_cast<std::uint64_t>(valid ? static_cast<std::uint32_t>(page[i]) : 0u) * block_stride;
+      tc::copy_16_async(k_tile + stored_offset(i), k, valid);
+      tc::copy_16_async(v_tile + stored_offset(i), k + v_offset, valid);
     }
   }
 };
