@@ -386,28 +386,38 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     }
 
     // Logits: scale (with the fp8 K scale), soft-cap, ALiBi, then the mask where the tile is not
-    // visible to every row. The rows' positions and bounds are read from shared memory only on
-    // those paths, so they hold no registers across the loop.
+    // visible to every row. Most tiles need only the scale: a warp-uniform branch keeps the
+    // general path's per-element work off them. The rows' positions and bounds are read from
+    // shared memory only on the general path, so they hold no registers across the loop.
     const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
+    if (all_visible && !has_alibi && !(p.soft_cap > 0.0f)) {
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb) {
+      for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const RowInfo& row = rows[row_of(rb, half)];
-        const bool masked = !all_visible;
-        const float slope = has_alibi && row.token >= 0 ? p.alibi_slopes[row.head] : 0.0f;
-        const std::int32_t position = has_alibi || masked ? row.position : 0;
-        const std::int32_t first = masked ? row.first : 0, last = masked ? row.last : 0;
+        for (int b = 0; b < kKeyBlocks; ++b)
 #pragma unroll
-        for (int b = 0; b < kKeyBlocks; ++b) {
+          for (int e = 0; e < 4; ++e) scores[rb][b][e] *= score_scale;
+    } else {
 #pragma unroll
-          for (int e = 2 * half; e < 2 * half + 2; ++e) {
-            const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
-            float s = scores[rb][b][e] * score_scale;
-            if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
-            if (has_alibi) s += slope * static_cast<float>(key - position);
-            if (masked && (key < first || key > last)) s = -INFINITY;
-            scores[rb][b][e] = s;
+      for (int rb = 0; rb < RB; ++rb) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const RowInfo& row = rows[row_of(rb, half)];
+          const bool masked = !all_visible;
+          const float slope = has_alibi && row.token >= 0 ? p.alibi_slopes[row.head] : 0.0f;
+          const std::int32_t position = has_alibi || masked ? row.position : 0;
+          const std::int32_t first = masked ? row.first : 0, last = masked ? row.last : 0;
+#pragma unroll
+          for (int b = 0; b < kKeyBlocks; ++b) {
+#pragma unroll
+            for (int e = 2 * half; e < 2 * half + 2; ++e) {
+              const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
+              float s = scores[rb][b][e] * score_scale;
+              if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
+              if (has_alibi) s += slope * static_cast<float>(key - position);
+              if (masked && (key < first || key > last)) s = -INFINITY;
+              scores[rb][b][e] = s;
+            }
           }
         }
       }

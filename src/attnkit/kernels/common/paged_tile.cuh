@@ -59,20 +59,30 @@ struct PagedTileLoader {
   }
 
   // Loads the pages of the tile starting at key `first` (their first use is the next issue()).
+  // The page-size branch is uniform and taken once per tile, not per chunk.
   __device__ __forceinline__ void lookup(std::int32_t first) {
+    if (page_shift >= 0) {
+      lookup_pages(first, [&](std::int32_t key, std::int32_t& index, std::int32_t& within) {
+        index = key >> page_shift;
+        within = key & (page_size - 1);
+      });
+    } else {
+      lookup_pages(first, [&](std::int32_t key, std::int32_t& index, std::int32_t& within) {
+        index = key / page_size;
+        within = key - index * page_size;
+      });
+    }
+  }
+
+  template <class Split>
+  __device__ __forceinline__ void lookup_pages(std::int32_t first, const Split& split) {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
       const std::int32_t key = first + chunk / kChunksPerRow;
       const bool wanted = (kChunks % kThreads == 0 || chunk < kChunks) && key < end;
       std::int32_t index, within;
-      if (page_shift >= 0) {
-        index = key >> page_shift;
-        within = key & (page_size - 1);
-      } else {
-        index = key / page_size;
-        within = key - index * page_size;
-      }
+      split(key, index, within);
       page[i] = wanted ? __ldg(pages + index) : -1;
       in_block[i] = head_base + (static_cast<std::uint32_t>(within) * token_stride +
                                  static_cast<std::uint32_t>((chunk % kChunksPerRow) * 16));
