@@ -29,20 +29,20 @@ namespace attnkit::kernels::varlen {
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
 
-// Keys per KV tile and stages of the ring, per tile kind. Decode tiles of heads up to 128 are
-// bound by the bytes in flight per SM: three 16-bit stages of 64 keys (two in flight while the
-// third is used; 3.71 against 3.54 TB/s for two stages at three CTAs per SM, bench/notes/varlen.md
-// v6); fp8 at head size 128 moves 128 keys per tile in swizzled rows (the same 32 KB per stage, half
-// the per-tile work per byte); the other fp8 heads five stages of 64 keys. Prefill tiles take 32
-// keys in four stages (the 64 x 32 scores of a warp's two row blocks stay in registers beside the
-// accumulator). The larger heads keep two stages.
+// Keys per KV tile and stages of the ring, per tile kind (bench/notes/varlen.md, v6-v9). Decode
+// tiles of heads up to 128 are bound by the bytes in flight per SM: three 16-bit stages of 64 keys
+// (two in flight while the third is used; 3.71 against 3.54 TB/s for two stages at three CTAs per
+// SM); fp8 at head size 128 moves 128 keys per tile in swizzled rows (the same 32 KB per stage and
+// half the per-tile work per byte: 152 us against 166 for six stages of 64 keys); the other fp8
+// heads five stages of 64 keys. Prefill tiles take 32 keys in four stages (the 32 x 32 scores of a
+// warp's two row blocks stay in registers beside the accumulator). The larger heads keep two.
 struct RingShape {
   int keys, stages;
 };
 constexpr RingShape decode_ring(int head_size, int kv_bytes) {
   if (head_size > 128) return {64, 2};
   if (kv_bytes == 2) return {64, 3};
-  return head_size == 128 ? RingShape{64, 6} : RingShape{64, 5};
+  return head_size == 128 ? RingShape{128, 3} : RingShape{64, 5};
 }
 constexpr RingShape prefill_ring(int head_size) { return head_size > 128 ? RingShape{32, 2} : RingShape{32, 4}; }
 // CTAs per SM the register allocation is bounded for: two (<= 255 registers per thread) for heads
@@ -386,18 +386,14 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     }
 
     // Logits: scale (with the fp8 K scale), soft-cap, ALiBi, then the mask where the tile is not
-    // visible to every row. Most tiles need only the scale: a warp-uniform branch keeps the
-    // general path's per-element work off them. The rows' positions and bounds are read from
-    // shared memory only on the general path, so they hold no registers across the loop.
+    // visible to every row. Most tiles need only the scale, which the softmax folds into its
+    // exponent: a warp-uniform branch keeps the general path's per-element work off them. The
+    // rows' positions and bounds are read from shared memory only on the general path, so they
+    // hold no registers across the loop.
     const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
-    if (all_visible && !has_alibi && !(p.soft_cap > 0.0f)) {
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-        for (int b = 0; b < kKeyBlocks; ++b)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) scores[rb][b][e] *= score_scale;
-    } else {
+    float to_log2 = score_scale * kLog2e;  // the softmax applies the scale with its exponent
+    if (!all_visible || has_alibi || p.soft_cap > 0.0f) {
+      to_log2 = kLog2e;
 #pragma unroll
       for (int rb = 0; rb < RB; ++rb) {
 #pragma unroll
@@ -426,11 +422,11 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     bool any_rescale = false;
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb) {
-      softmax[rb].update(scores[rb], rescale[rb]);
+      softmax[rb].update(scores[rb], to_log2, rescale[rb]);
       any_rescale = any_rescale || rescale[rb][0] != 1.0f || rescale[rb][1] != 1.0f;
     }
-    // After the first tiles the running max rarely moves: skip the multiply when no row of the
-    // warp needs it.
+    // The lazy running max (fragment_softmax.cuh) moves on few tiles: skip the multiply when no
+    // row of the warp needs it.
     if (__any_sync(0xFFFFFFFFu, any_rescale)) {
 #pragma unroll
       for (int rb = 0; rb < RB; ++rb)

@@ -1,8 +1,15 @@
 // The online softmax over tensor-core score fragments (FlashAttention's running max and sum),
 // shared by the CUDA attention kernels. A warp owns 16 query rows; each thread holds two of them
 // (rows `group` and `group + 8` of the C fragment layout, see tensor_core.cuh) and, per row, the
-// scores of 2 keys of every 8-key block. Scores arrive in natural-log units with masked keys at
-// -inf; exponentials are taken base 2 with the log2(e) factor folded into one fma.
+// scores of 2 keys of every 8-key block. Exponentials are taken base 2: the caller passes the
+// factor that turns its scores into log2 units (scale x log2(e) for raw dot products, log2(e) for
+// logits already in natural units), so the scale costs no multiply of its own.
+//
+// The running max moves lazily: a tile whose max exceeds it by at most kLazyMaxLog2 leaves it (and
+// the accumulator) alone, so its probabilities reach up to 2^kLazyMaxLog2, which float32 sums and
+// 16-bit probabilities hold with their usual relative precision. The result is exact either way
+// (sum and accumulator share the stale max); the accumulator's rescale, a multiply per output
+// element, then happens on few tiles instead of nearly every one.
 #pragma once
 
 #include <cmath>
@@ -10,15 +17,18 @@
 namespace attnkit::kernels {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr float kLazyMaxLog2 = 8.0f;
 
 template <int kKeyBlocks>  // 8-key blocks of scores this thread holds per step
 struct FragmentSoftmax {
-  float max[2] = {-INFINITY, -INFINITY};  // running max per row (natural units)
+  float max[2] = {-INFINITY, -INFINITY};  // running max per row: log2 units, natural after finish()
   float sum[2] = {0.0f, 0.0f};            // this thread's share of the running sum, per row
 
-  // Turns `scores` into unnormalized probabilities e^(s - max) in place and returns, per row, the
-  // factor the output accumulated so far must be multiplied by.
-  __device__ __forceinline__ void update(float (&scores)[kKeyBlocks][4], float (&rescale)[2]) {
+  // Turns `scores` (masked keys at -inf) into unnormalized probabilities 2^(s * to_log2 - max) in
+  // place and returns, per row, the factor the output accumulated so far must be multiplied by
+  // (exactly 1 when the max stayed).
+  __device__ __forceinline__ void update(float (&scores)[kKeyBlocks][4], float to_log2, float (&rescale)[2]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
@@ -27,31 +37,35 @@ struct FragmentSoftmax {
       // The 4 threads of a quad hold one row.
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
-      const float new_max = fmaxf(max[half], tile_max);
+      tile_max *= to_log2;  // to_log2 > 0, so the max commutes with it
+      rescale[half] = 1.0f;
+      if (tile_max > max[half] + kLazyMaxLog2) {  // false for -inf; true for the first finite max
+        rescale[half] = exp2f(max[half] - tile_max);  // 0 when the old max is -inf
+        max[half] = tile_max;
+      }
       // A row that has seen only masked keys keeps max -inf; 0 stands in so no inf - inf appears.
-      const float base = new_max == -INFINITY ? 0.0f : new_max * kLog2e;
-      rescale[half] = exp2f(max[half] * kLog2e - base);  // 0 when the old max is -inf
+      const float base = max[half] == -INFINITY ? 0.0f : max[half];
       float added = 0.0f;
 #pragma unroll
       for (int b = 0; b < kKeyBlocks; ++b) {
 #pragma unroll
         for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          const float prob = exp2f(fmaf(scores[b][e], kLog2e, -base));
+          const float prob = exp2f(fmaf(scores[b][e], to_log2, -base));
           scores[b][e] = prob;
           added += prob;
         }
       }
       sum[half] = sum[half] * rescale[half] + added;
-      max[half] = new_max;
     }
   }
 
-  // The row sums over the quad; call once after the last step.
+  // The row sums over the quad and the max in natural units; call once after the last step.
   __device__ __forceinline__ void finish() {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       sum[half] += __shfl_xor_sync(0xFFFFFFFFu, sum[half], 1);
       sum[half] += __shfl_xor_sync(0xFFFFFFFFu, sum[half], 2);
+      max[half] *= kLn2;
     }
   }
 };
