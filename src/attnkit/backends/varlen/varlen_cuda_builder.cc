@@ -96,6 +96,9 @@ void VarlenCudaMetadataBuilder::name_own_plan() {
   d.num_partials = num_partials_.device;
   d.partial_out = partial_out_.data();
   d.partial_lse = partial_lse_.data();
+  d.num_q_heads = limits_.num_q_heads;
+  d.num_kv_heads = limits_.num_kv_heads;
+  d.head_size = limits_.head_size;
 }
 
 void VarlenCudaMetadataBuilder::name_common(const CommonAttentionMetadata& c) {
@@ -202,6 +205,12 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::update_block_table(const Att
                   str(common.num_reqs) + " reqs / " + str(common.num_actual_tokens) + " tokens",
                   str(plan.num_reqs) + " reqs / " + str(plan.num_actual_tokens) + " tokens",
                   "a plan is reused only for a group with the same batch structure");
+  // The plan's splits and partial rows depend on the layer shape: a group of another shape
+  // (different head counts or size, same backend and page size) plans for itself.
+  if (plan.device.num_q_heads != limits_.num_q_heads || plan.device.num_kv_heads != limits_.num_kv_heads ||
+      plan.device.head_size != limits_.head_size) {
+    return build(0, common);
+  }
   // G4: the work items, partial layout and counts are the planning builder's (its enqueue uploads
   // them this step); only the page tables differ, and the kernel reads them from `common`.
   if (&plan != &metadata_) {

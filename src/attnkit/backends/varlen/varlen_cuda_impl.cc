@@ -65,6 +65,12 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   const bool causal = params_.attn_type == AttentionType::kDecoder;
   ATTNKIT_REQUIRE(md.causal == causal, "metadata causal", md.causal ? "true" : "false", causal ? "true" : "false",
                   "attn_type decides causality; the batch metadata disagrees");
+  ATTNKIT_REQUIRE(plan.num_q_heads == params_.num_q_heads && plan.num_kv_heads == params_.num_kv_heads &&
+                      plan.head_size == params_.head_size,
+                  "varlen plan heads",
+                  str(plan.num_q_heads) + "/" + str(plan.num_kv_heads) + " x " + str(plan.head_size),
+                  str(params_.num_q_heads) + "/" + str(params_.num_kv_heads) + " x " + str(params_.head_size),
+                  "a plan's splits and partial buffers are sized for its builder's layer shape");
   const std::int64_t rows = plan.num_tokens_padded;
   check_device_tokens(query, "query", rows, params_.num_q_heads, params_.head_size, params_.dtype);
   check_device_tokens(output, "output", rows, params_.num_q_heads, params_.head_size, params_.dtype);

@@ -27,6 +27,9 @@ struct VarlenDevicePlan {
   const std::int32_t* num_partials = nullptr;
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
+  // The layer shape the plan (its splits and partial rows) was made for; a layer of another shape
+  // must not run it (a group reusing the plan, G4, has to match).
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0;
   // A captured graph's grid: the capacity of the padded shape, so every later step of that shape
   // fits (eager launches take the summary's exact counts; a captured merge one CTA row per padded
   // token).
