@@ -25,9 +25,7 @@ def num(s):
     try: return float(s.replace(',', ''))
     except ValueError: return 0.0
 total = sum(num(r[all_i]) for r in data if len(r) > all_i)
-print('columns:', cols)
 print('total stall samples', total, 'instructions', len(data))
-extra = [i for i, c in enumerate(cols) if c.startswith('stall_') or 'Stall' in c][:0]
 for r in sorted(data, key=lambda r: -num(r[all_i]) if len(r) > all_i else 0)[:60]:
     print(f"{num(r[all_i]) / total * 100:5.2f}%  {r[0]:>6}  {r[src_i]}")
 PY
