@@ -4,6 +4,7 @@
 # rate measured in the same run. Writes $OUT/attention_bench.{md,json}; prints the table.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/device_env.sh
 out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"
 commit=$(cat build-device/COMMIT 2>/dev/null || echo unknown)

@@ -10,6 +10,7 @@
 # non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/device_env.sh
 bin=build-device
 out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"

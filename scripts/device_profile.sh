@@ -6,6 +6,7 @@
 # statistics, warp stall reasons, scheduler and memory workload sections.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/device_env.sh
 out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"
 workloads=("$@")

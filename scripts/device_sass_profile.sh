@@ -5,6 +5,7 @@
 # $OUT/sass_<workload>_top.txt (the 60 instructions with the most stall samples).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/device_env.sh
 out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"
 for w in "$@"; do

@@ -2,7 +2,8 @@
 # Installs what attnkit needs to build and test, only what is missing: the Debian packages, and a
 # CMake >= 3.25.2 (C++20 CUDA sources) when the system one is older: PyPI's `cmake` package at a
 # pinned version, into .tools/cmake of this repository (git ignores it). scripts/cmake_path.sh
-# tells the other scripts which cmake to use.
+# tells the other scripts which cmake to use. Where nvcc exists, the pinned kernel libraries of the
+# FLASHINFER and CUDNN backends (scripts/kernel_libraries.txt) into .tools/kernel-libs.
 # Idempotent: on a machine that has everything it changes nothing and needs no network.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,6 +32,9 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   "${sudo[@]}" apt-get update
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+
+# --- the kernel libraries of the FLASHINFER and CUDNN backends (PyPI wheels, pinned) -------------
+scripts/install_kernel_libraries.sh
 
 # --- CMake ---------------------------------------------------------------------------------------
 if attnkit_cmake_bin >/dev/null; then

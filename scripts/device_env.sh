@@ -1,0 +1,12 @@
+# Sourced by the scripts that run on the GPU machine: makes the cuDNN library findable for binaries
+# built with the CUDNN backend (ATTNKIT_WITH_CUDNN), which link libcudnn.so.9. That machine's CUDA
+# toolkit has no cuDNN; its PyTorch wheel ships one (nvidia-cudnn, 9.19.0 on 2026-12-01, the
+# version the build machine's toolkit has), so its folder goes on LD_LIBRARY_PATH when present.
+cudnn_lib="$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)"
+if [[ -n "$cudnn_lib" && -d "$cudnn_lib" ]]; then
+  export LD_LIBRARY_PATH="$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+elif ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
+  echo "device_env.sh: no libcudnn.so.9 found (neither Python's nvidia.cudnn nor the system's);" \
+       "binaries built with ATTNKIT_WITH_CUDNN will not start" >&2
+fi
+unset cudnn_lib
