@@ -3,7 +3,9 @@
 # frontend headers, from PyPI wheels) into .tools/kernel-libs/<name> of this checkout, where
 # cmake/kernel_libraries.cmake finds them. Only where nvcc exists: without CUDA no backend uses
 # them. Idempotent: an installed pinned version is left alone and needs no network; another
-# version is replaced whole (installed into a scratch folder first, then renamed into place).
+# version is replaced whole (installed into a scratch folder first, then renamed into place). A
+# library that cannot be installed (no pip, no network) is reported and skipped, not fatal: the
+# build then leaves its backend out, and the configure summary says so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,15 +29,24 @@ while read -r requirement; do
   if [[ -f "$marker" && "$(cat "$marker")" == "$requirement" ]]; then
     continue
   fi
+  # Without pip or PyPI the build goes on without this library's backend (its option defaults to
+  # OFF then; configure says so), instead of failing the main job.
   if ! "$python" -m pip --version >/dev/null 2>&1; then
-    echo "install_kernel_libraries.sh: $python has no pip; install it (Debian: apt-get install python3-pip)" >&2
-    exit 1
+    echo "install_kernel_libraries.sh: $python has no pip (Debian: apt-get install python3-pip):" \
+         "$requirement not installed, its backend will not be built" >&2
+    continue
   fi
   echo "install_kernel_libraries.sh: installing $requirement from PyPI into $target" >&2
   scratch="$(mktemp -d "$root/$name.partial.XXXXXX")"
   trap 'rm -rf "$scratch"' EXIT
-  PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-input \
-    --no-deps --only-binary=:all: --target "$scratch" "$requirement"
+  if ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-input \
+    --no-deps --only-binary=:all: --target "$scratch" "$requirement"; then
+    echo "install_kernel_libraries.sh: could not install $requirement from PyPI (no network?):" \
+         "its backend will not be built" >&2
+    rm -rf "$scratch"
+    trap - EXIT
+    continue
+  fi
   # The dist-info says what was installed; refuse anything but the pinned version.
   dist="$(find "$scratch" -maxdepth 1 -name '*.dist-info' | head -n 1)"
   got="$(sed -n 's/^Version: //p' "$dist/METADATA" 2>/dev/null | head -n 1)"
