@@ -283,15 +283,15 @@ void run_and_check(const Layer& layer, const Batch& batch, std::uint32_t seed) {
   const auto d_prefix = upload_vector(std::vector<std::int32_t>{batch.cascade_prefix});
 
   kernels::GpuReferenceParams k;
-  k.query = d_query->as<void>();
-  k.q_stride_token = p.q_stride_token;
-  k.q_stride_head = p.q_stride_head;
-  k.output = d_out.as<void>();
-  k.o_stride_token = p.o_stride_token;
-  k.o_stride_head = p.o_stride_head;
+  k.rows.query = d_query->as<void>();
+  k.rows.q_stride_token = p.q_stride_token;
+  k.rows.q_stride_head = p.q_stride_head;
+  k.rows.output = d_out.as<void>();
+  k.rows.o_stride_token = p.o_stride_token;
+  k.rows.o_stride_head = p.o_stride_head;
   k.activation_dtype = layer.act;
-  k.lse = layer.lse ? d_lse.as<float>() : nullptr;
-  k.lse_stride_token = p.lse_stride_token;
+  k.rows.lse = layer.lse ? d_lse.as<float>() : nullptr;
+  k.rows.lse_stride_token = p.lse_stride_token;
   k.kv.data = d_cache->as<void>();
   k.kv.dtype = layer.kv;
   k.kv.num_blocks = p.view.num_blocks;

@@ -47,6 +47,19 @@ void check_device_kv_cache(const KVCacheView& kv, const LayerParams& layer, std:
                       str(layer.head_size) + " page " + str(page_size) + ", device memory");
 }
 
+kernels::LayerRows layer_rows_of(const TensorView& query, const TensorView& output, const TensorView& lse) {
+  kernels::LayerRows r;
+  r.query = query.data;
+  r.q_stride_token = query.stride[0];
+  r.q_stride_head = query.stride[1];
+  r.output = output.data;
+  r.o_stride_token = output.stride[0];
+  r.o_stride_head = output.stride[1];
+  r.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
+  r.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
+  return r;
+}
+
 kernels::PagedKVCache paged_kv_of(const KVCacheView& kv) {
   kernels::PagedKVCache c;
   c.data = kv.data;

@@ -26,5 +26,7 @@ void check_device_kv_cache(const KVCacheView& kv_cache, const LayerParams& layer
 
 // The cache as kernels read it: pointer, dtype, geometry and scales of `kv_cache`, in one place.
 kernels::PagedKVCache paged_kv_of(const KVCacheView& kv_cache);
+// The layer's per-token rows as a kernel reads them (lse may be empty: no LSE).
+kernels::LayerRows layer_rows_of(const TensorView& query, const TensorView& output, const TensorView& lse);
 
 }  // namespace attnkit

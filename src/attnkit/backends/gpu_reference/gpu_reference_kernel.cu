@@ -149,13 +149,13 @@ __device__ Partial attend(const GpuReferenceParams& p, const RowContext& row, Sc
 }
 
 __device__ void write_row(const GpuReferenceParams& p, std::int32_t t, int h, const Partial& r) {
-  const std::int64_t base = t * p.o_stride_token + h * p.o_stride_head;
+  const std::int64_t base = t * p.rows.o_stride_token + h * p.rows.o_stride_head;
 #pragma unroll
   for (int i = 0; i < kDimsPerThread; ++i) {
     const int d = threadIdx.x + i * kThreads;
-    if (d < p.head_size) store_element(p.output, base + d, p.activation_dtype, r.out[i]);
+    if (d < p.head_size) store_element(p.rows.output, base + d, p.activation_dtype, r.out[i]);
   }
-  if (p.lse != nullptr && threadIdx.x == 0) p.lse[t * p.lse_stride_token + h] = r.lse;
+  if (p.rows.lse != nullptr && threadIdx.x == 0) p.rows.lse[t * p.rows.lse_stride_token + h] = r.lse;
 }
 
 // Per-layer, per-step hot-path device code (when the oracle serves as a backend, captured graphs
@@ -186,9 +186,9 @@ __global__ void __launch_bounds__(kThreads) gpu_reference_kernel(const __grid_co
   row.alibi_slope = p.alibi_slopes != nullptr ? p.alibi_slopes[h] : 0.0f;
   const float sink = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
 
-  const std::int64_t q_base = t * p.q_stride_token + h * p.q_stride_head;
+  const std::int64_t q_base = t * p.rows.q_stride_token + h * p.rows.q_stride_head;
   for (int d = threadIdx.x; d < p.head_size; d += kThreads)
-    s.query[d] = load_element(p.query, q_base + d, p.activation_dtype);
+    s.query[d] = load_element(p.rows.query, q_base + d, p.activation_dtype);
   __syncthreads();
 
   const KeyRange visible = visible_keys(row.score, row.position, seq_len);

@@ -15,14 +15,8 @@ namespace attnkit::kernels {
 // device memory at a fixed address, so a captured graph replays correctly with new contents; the
 // scalars here are per layer or the padded (capture) shape.
 struct GpuReferenceParams {
-  // query/output [num_tokens, num_q_heads, head_size], last dim contiguous, strides in elements.
-  const void* query = nullptr;
-  std::int64_t q_stride_token = 0, q_stride_head = 0;
-  void* output = nullptr;
-  std::int64_t o_stride_token = 0, o_stride_head = 0;
+  LayerRows rows;
   DType activation_dtype = DType::kFloat16;  // float32, float16, bfloat16 (query and output)
-  float* lse = nullptr;  // [num_tokens, num_q_heads] float32 (row stride lse_stride_token) or nullptr
-  std::int64_t lse_stride_token = 0;
 
   // Paged KV cache, any layout; values are stored * scale.
   PagedKVCache kv;

@@ -85,14 +85,7 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
                   "kv_cache alignment", "strides not multiples of 16 bytes", "16-byte aligned rows");
 
   kernels::VarlenParams p = kernel_params_;
-  p.query = query.data;
-  p.q_stride_token = query.stride[0];
-  p.q_stride_head = query.stride[1];
-  p.output = output.data;
-  p.o_stride_token = output.stride[0];
-  p.o_stride_head = output.stride[1];
-  p.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data);
-  p.lse_stride_token = lse.empty() ? 0 : lse.stride[0];
+  p.rows = layer_rows_of(query, output, lse);
   p.kv = paged_kv_of(kv_cache);
   p.query_start_loc = plan.query_start_loc.data();
   p.seq_lens = plan.seq_lens.data();

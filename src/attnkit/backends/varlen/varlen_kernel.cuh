@@ -168,8 +168,8 @@ __device__ void fill_padding(const VarlenParams& p, const VarlenWorkItem& item, 
     const int rest = static_cast<int>(i % per_row);
     const int head = kv_head * group + rest / (D / 4);
     const int d = (rest % (D / 4)) * 4;
-    store4<kQ>(p.output, t * p.o_stride_token + head * p.o_stride_head + d, 0.0f, 0.0f, 0.0f, 0.0f);
-    if (p.lse != nullptr && d == 0) p.lse[t * p.lse_stride_token + head] = -INFINITY;
+    store4<kQ>(p.rows.output, t * p.rows.o_stride_token + head * p.rows.o_stride_head + d, 0.0f, 0.0f, 0.0f, 0.0f);
+    if (p.rows.lse != nullptr && d == 0) p.rows.lse[t * p.rows.lse_stride_token + head] = -INFINITY;
   }
 }
 
@@ -245,13 +245,13 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   // Q: each packed row's head_size elements, zeros for rows past the request.
   {
     constexpr int kChunksPerRow = D / 8;
-    const auto* q = static_cast<const std::uint16_t*>(p.query);
+    const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
     for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
       const int row = c / kChunksPerRow;
       const int column = (c % kChunksPerRow) * 8;
       const RowInfo& info = rows[row];
       const bool valid = info.token >= 0 && tiles > 0;
-      const std::uint16_t* src = valid ? q + info.token * p.q_stride_token + info.head * p.q_stride_head + column : q;
+      const std::uint16_t* src = valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head + column : q;
       tc::copy_16_async(q_tile + row * C::kPitch + column, src, valid);
     }
   }
@@ -585,9 +585,9 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
       factor *= w.wa;
       lse = w.lse;
     }
-    store4<kQ>(p.output, info.token * p.o_stride_token + info.head * p.o_stride_head + column, o[0] * factor,
+    store4<kQ>(p.rows.output, info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head + column, o[0] * factor,
                o[1] * factor, o[2] * factor, o[3] * factor);
-    if (p.lse != nullptr && column == 0) p.lse[info.token * p.lse_stride_token + info.head] = lse;
+    if (p.rows.lse != nullptr && column == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = lse;
   }
 }
 

@@ -58,14 +58,8 @@ struct VarlenMergeItem {
 // device memory at a fixed address (the builder's workspace, the runner's arrays), so a captured
 // graph replays any step of its padded shape; the scalars are per layer or launch bounds.
 struct VarlenParams {
-  // query/output [num_tokens, num_q_heads, head_size], head dim contiguous; strides in elements.
-  const void* query = nullptr;
-  std::int64_t q_stride_token = 0, q_stride_head = 0;
-  void* output = nullptr;
-  std::int64_t o_stride_token = 0, o_stride_head = 0;
+  LayerRows rows;
   DType activation_dtype = DType::kBFloat16;  // float16 or bfloat16 (query and output)
-  float* lse = nullptr;                       // [num_tokens, num_q_heads] or nullptr
-  std::int64_t lse_stride_token = 0;
 
   PagedKVCache kv;
 

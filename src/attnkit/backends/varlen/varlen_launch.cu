@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
     sink_factor = w.wa;
     lse = w.lse;
   }
-  const std::int64_t out_base = item.token * p.o_stride_token + head * p.o_stride_head;
+  const std::int64_t out_base = item.token * p.rows.o_stride_token + head * p.rows.o_stride_head;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int chunk = lane + 32 * c;
@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
     uint2 packed;
     packed.x = tc::pack_pair<kQ>(merged.chunk[c].x * sink_factor, merged.chunk[c].y * sink_factor);
     packed.y = tc::pack_pair<kQ>(merged.chunk[c].z * sink_factor, merged.chunk[c].w * sink_factor);
-    *reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.output) + (out_base + 4 * chunk) * 2) = packed;
+    *reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.rows.output) + (out_base + 4 * chunk) * 2) = packed;
   }
-  if (p.lse != nullptr && lane == 0) p.lse[item.token * p.lse_stride_token + head] = lse;
+  if (p.rows.lse != nullptr && lane == 0) p.rows.lse[item.token * p.rows.lse_stride_token + head] = lse;
 }
 
 cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
