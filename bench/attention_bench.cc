@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -177,6 +178,8 @@ float elapsed_ms(const Event& start, const Event& end) {
 struct Stats {
   double median = 0, min = 0, p90 = 0, max = 0;
 };
+
+constexpr int kHostStepSamples = 50;  // prepare_step calls timed per workload
 
 Stats stats_of(std::vector<double> v) {
   Stats s;
@@ -436,6 +439,7 @@ std::vector<Workload> workload_table() {
   decode("decode_fp8_64x4096", 64, 4096, 16, DType::kFp8E4M3);
   decode("decode_64x4096_page64", 64, 4096, 64);
   decode("decode_64x4096_page4096", 64, 4096, 4096);
+  prefill("prefill_1x4096", 1, 4096);
   prefill("prefill_1x16384", 1, 16384);
   prefill("prefill_16x1024", 16, 1024);
   // The two parts of the mixed step, measured alone in the same run.
@@ -469,6 +473,7 @@ struct Result {
   bool timed = false;
   Stats us;
   double hot_us = 0;
+  Stats host_step_us;  // prepare_step on the host: common metadata, the builder's plan, the uploads
   std::vector<double> samples_us;
   CheckResult check;
   std::optional<double> mixed_ratio;
@@ -750,11 +755,37 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     CUDA_TRY(cudaGetLastError());
     res.hot_us = 1e3 * elapsed_ms(start, end) / opt.iters;
   }
+  // Host time of a step: prepare_step (reorder check, common metadata, the group builder's build
+  // and enqueue, FlashInfer's plan included) on the wall clock, the device idle before each call
+  // so the wait for the previous step's copies is not counted.
+  {
+    std::vector<double> host;
+    for (int i = 0; i < kHostStepSamples; ++i) {
+      CUDA_TRY(cudaStreamSynchronize(stream.get()));
+      const auto t0 = std::chrono::steady_clock::now();
+      runner->prepare_step(step, s);
+      const auto t1 = std::chrono::steady_clock::now();
+      host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    CUDA_TRY(cudaStreamSynchronize(stream.get()));
+    res.host_step_us = stats_of(std::move(host));
+  }
   res.timed = true;
   res.status = res.check.result == "FAILED" ? "FAILED" : "OK";
 }
 
 // ---- reporting ----------------------------------------------------------------------------------
+
+// The third-party kernel libraries this build contains, with their versions (the backends' caps).
+std::string kernel_libraries() {
+  std::string out;
+  for (const attnkit::BackendType& b : attnkit::registered_backends()) {
+    if (b.caps().library.empty()) continue;
+    if (!out.empty()) out += "; ";
+    out += std::string(b.name()) + ": " + std::string(b.caps().library);
+  }
+  return out.empty() ? "none" : out;
+}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -811,6 +842,7 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   md << "CUDA runtime:      " << cond.runtime_version << "\n";
   md << "cuBLAS:            " << cond.cublas_version << "\n";
   md << "host threads:      " << cond.host_threads << "\n";
+  md << "kernel libraries:  " << kernel_libraries() << "\n";
   md << "backend:           " << opt.backend << " (explicit)\n";
   md << "iterations:        " << opt.iters << " timed, " << opt.warmup << " warm-up; check "
      << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
@@ -828,10 +860,12 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
      << "call, outside the timed region; hot: " << opt.iters << " calls back to back, average. TB/s: KV bytes read "
      << "(sum of seq_len x KV heads x head size x 2 x element size) / median, vs the copy bandwidth; TFLOP/s "
      << "(prefill): 4 x head size x q heads x visible (query, key) pairs / median, vs the bf16 matrix rate. "
+     << "Host us/step: median of " << kHostStepSamples << " prepare_step calls on the wall clock (common metadata, the "
+        "group builder's build and enqueue, FlashInfer's plan included), the device idle before each. "
      << "Check: max |diff| <= 2e-2 + 2e-2 |ref| against GPU_REFERENCE over every output element, and RMS(diff) <= "
         "0.02 RMS(ref).\n\n";
-  md << "| workload | backend | variant | median us | min us | p90 us | hot us | rate | of ceiling | check | notes |\n";
-  md << "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n";
+  md << "| workload | backend | variant | median us | min us | p90 us | hot us | rate | of ceiling | host us/step | check | notes |\n";
+  md << "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n";
   for (const Result& r : results) {
     const Workload& w = *r.workload;
     md << "| " << w.name << (w.helper ? " (part of mixed)" : "") << " | " << (r.backend.empty() ? opt.backend : r.backend)
@@ -840,9 +874,9 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
       const Rate rate = rate_of(r, ceil);
       md << fmt("%.1f", r.us.median) << " | " << fmt("%.1f", r.us.min) << " | " << fmt("%.1f", r.us.p90) << " | "
          << fmt("%.1f", r.hot_us) << " | " << fmt(rate.unit == "TB/s" ? "%.3f" : "%.1f", rate.value) << " " << rate.unit
-         << " | " << fmt("%.1f", 100.0 * rate.fraction) << "% | ";
+         << " | " << fmt("%.1f", 100.0 * rate.fraction) << "% | " << fmt("%.1f", r.host_step_us.median) << " | ";
     } else {
-      md << "- | - | - | - | - | - | ";
+      md << "- | - | - | - | - | - | - | ";
     }
     md << check_cell(r) << " | ";
     std::string notes = std::to_string(r.num_reqs) + " reqs, " + std::to_string(r.num_tokens) + " tokens, page " +
@@ -925,6 +959,8 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
       e["p90_us"] = r.us.p90;
       e["max_us"] = r.us.max;
       e["hot_us"] = r.hot_us;
+      e["host_step_us"] = {{"median", r.host_step_us.median}, {"min", r.host_step_us.min}, {"p90", r.host_step_us.p90},
+                           {"samples", kHostStepSamples}};
       e["kv_tb_per_s"] = r.kv_bytes / (r.us.median * 1e-6) / 1e12;
       e["tflop_per_s"] = r.flops / (r.us.median * 1e-6) / 1e12;
       e["rate"] = rate.value;
@@ -965,7 +1001,8 @@ std::string usage(const std::vector<Workload>& table) {
   return "usage: attnkit_attention_bench [--workloads all|NAME[,NAME...]] [--backend NAME] [--iters N] [--warmup N]\n"
          "                               [--out DIR] [--no-check]\n"
          "  --workloads  comma-separated workload names, or all (default)\n"
-         "  --backend    attention backend, chosen explicitly (default VARLEN; GPU_REFERENCE also works)\n"
+         "  --backend    attention backend, chosen explicitly (default VARLEN; GPU_REFERENCE and, in a build with\n"
+         "               FlashInfer, FLASHINFER also work)\n"
          "  --iters      timed iterations per workload, >= 1 (default 30)\n"
          "  --warmup     warm-up iterations, >= 0 (default 5)\n"
          "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"

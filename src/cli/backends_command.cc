@@ -47,7 +47,9 @@ void add_backends_command(CLI::App& app, int& exit_code) {
     const GpuProbe gpu = probe_gpu();
     for (const BackendType& b : registered_backends()) {
       const BackendCaps& c = b.caps();
-      std::cout << c.name << "\t" << availability(c, gpu) << "\tkernel variants: " << variant_names(c) << "\n";
+      std::cout << c.name << "\t" << availability(c, gpu) << "\tkernel variants: " << variant_names(c);
+      if (!c.library.empty()) std::cout << "\tlibrary: " << c.library;
+      std::cout << "\n";
     }
     exit_code = kExitOk;
   });

@@ -3,6 +3,7 @@
 // CUDA call. Each part exists only in a build with its option ON (cmake/kernel_libraries.cmake).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -11,18 +12,24 @@
 #if ATTNKIT_HAVE_FLASHINFER
 #include <cuda_runtime.h>
 
+#include "attnkit/backends/flashinfer/flashinfer_backend.h"
 #include "attnkit/backends/flashinfer/flashinfer_decode.h"
+#include "attnkit/backends/flashinfer/flashinfer_prefill.h"
+#include "attnkit/core/error.h"
+#include "attnkit/selection/registry.h"
 #endif
 #if ATTNKIT_HAVE_CUDNN
 #include <cudnn_version.h>
 
+#include "attnkit/backends/cudnn/cudnn_backend.h"
+#include "attnkit/backends/cudnn/cudnn_builder.h"
 #include "attnkit/backends/cudnn/cudnn_sdpa_graph.h"
 #endif
 
 namespace attnkit {
 namespace {
 
-// The version scripts/kernel_libraries.txt pins for `name`.
+// The version scripts/kernel_libraries.txt pins for `name`; "" when the file or the pin is missing.
 [[maybe_unused]] std::string pinned_version(const std::string& name) {
   std::ifstream pins(std::string(ATTNKIT_SOURCE_DIR) + "/scripts/kernel_libraries.txt");
   std::string line;
@@ -61,26 +68,132 @@ TEST(FlashInferDecode, RefusesABatchItCannotPlanBeforeAnyCudaCall) {
 }
 #endif
 
+#if ATTNKIT_HAVE_FLASHINFER
+TEST(FlashInferBackend, IsRegisteredWithThePinnedVersionAndDeclaresExactlyTheInstantiatedKernels) {
+  ASSERT_NE(find_backend("FLASHINFER"), nullptr);
+  if (pinned_version("flashinfer-python").empty()) GTEST_SKIP() << "no source tree here: " << ATTNKIT_SOURCE_DIR;
+  EXPECT_EQ(std::string(FlashInferBackend::caps().library), "flashinfer-python " + pinned_version("flashinfer-python"));
+  const BackendCaps& caps = FlashInferBackend::caps();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3}) {
+    for (int head_size = 16; head_size <= 512; head_size += 16) {
+      const bool declared = std::find(caps.dtypes.begin(), caps.dtypes.end(), dtype) != caps.dtypes.end() &&
+                            std::find(caps.head_sizes.begin(), caps.head_sizes.end(), head_size) != caps.head_sizes.end();
+      EXPECT_EQ(declared, kernels::flashinfer_prefill_instantiated(dtype, head_size))
+          << to_string(dtype) << " head size " << head_size;
+    }
+  }
+}
+
+TEST(FlashInferBackend, MakeImplRefusesWhatItsKernelsDoNotCoverNamingTheField) {
+  const auto field_of = [](const LayerParams& p) -> std::string {
+    try {
+      FlashInferBackend::make_impl(p, kFlashInferFa2Variant);
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return "";
+  };
+  LayerParams p;
+  p.dtype = p.kv_cache_dtype = DType::kBFloat16;
+  p.kv_cache_dtype = DType::kFp8E4M3;
+  EXPECT_EQ(field_of(p), "kv_cache_dtype + dtype");
+  p.kv_cache_dtype = DType::kBFloat16;
+  p.head_size = 96;
+  EXPECT_EQ(field_of(p), "head_size/dtype");
+  p.head_size = 128;
+  p.sinks.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
+  EXPECT_EQ(field_of(p), "sinks") << "its kernels have no sink term: never ignored silently";
+  p.sinks.clear();
+  p.alibi_slopes.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
+  EXPECT_EQ(field_of(p), "alibi");
+}
+
+TEST(FlashInferPrefill, RefusesAPlanOrRunItCannotMakeBeforeAnyCudaCall) {
+  const std::int32_t qo[] = {0, 1, 5};
+  const std::int32_t kv[] = {3, 7, 9};
+  kernels::FlashInferPrefillBatch good;
+  good.num_q_heads = 32;
+  good.num_kv_heads = 8;
+  good.head_size = 128;
+  good.page_size = 16;
+  good.batch_size = 2;
+  good.total_rows = 5;
+  good.qo_indptr_host = qo;
+  good.kv_indptr_host = kv;
+  const auto refused = [](const kernels::FlashInferPrefillBatch& b) {
+    kernels::FlashInferPrefillPlan plan;
+    return kernels::flashinfer_prefill_plan(b, {}, false, &plan).cuda_error == cudaErrorInvalidValue && !plan.planned;
+  };
+  kernels::FlashInferPrefillBatch b = good;
+  b.batch_size = 0;
+  EXPECT_TRUE(refused(b)) << "an empty sub-batch";
+  b = good;
+  b.num_q_heads = 12;
+  EXPECT_TRUE(refused(b)) << "query heads that are not a multiple of the KV heads";
+  b = good;
+  b.kv_indptr_host = nullptr;
+  EXPECT_TRUE(refused(b)) << "no host page-table offsets";
+  kernels::FlashInferPrefillRun run;
+  run.head_size = 128;
+  EXPECT_EQ(kernels::flashinfer_prefill_run(run, kernels::FlashInferPrefillPlan{}, nullptr).cuda_error,
+            cudaErrorInvalidValue)
+      << "a run without a plan";
+}
+#endif
+
 #if ATTNKIT_HAVE_CUDNN
 TEST(CudnnSdpaGraph, LinksTheToolkitsCudnnAndCompiledThePinnedFrontend) {
   EXPECT_EQ(cudnn_runtime_version(), static_cast<std::int64_t>(CUDNN_VERSION))
       << "the cuDNN library loaded is not the one whose headers the build used";
+  if (pinned_version("nvidia-cudnn-frontend").empty()) GTEST_SKIP() << "no source tree here: " << ATTNKIT_SOURCE_DIR;
   EXPECT_EQ(cudnn_frontend_version(), pinned_version("nvidia-cudnn-frontend"));
+  const std::int64_t v = cudnn_runtime_version();
+  EXPECT_EQ(std::string(CudnnBackend::caps().library),
+            "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) +
+                ", cudnn-frontend " + cudnn_frontend_version())
+      << "the matrix names the cuDNN and frontend the build uses";
+}
+
+TEST(CudnnBuckets, RoundUpToPowersOfTwoWithinTheCap) {
+  EXPECT_EQ(cudnn_bucket(1, 256), 1);
+  EXPECT_EQ(cudnn_bucket(3, 256), 4);
+  EXPECT_EQ(cudnn_bucket(64, 256), 64);
+  EXPECT_EQ(cudnn_bucket(65, 256), 128);
+  EXPECT_EQ(cudnn_bucket(200, 160), 160) << "never past the builder's capacity";
+}
+
+TEST(CudnnSdpaKey, EveryFieldChangesTheKeyAndItsHashIsStable) {
+  CudnnSdpaKey a;
+  a.batch = 4;
+  a.scale = 0.1f;
+  CudnnSdpaKey b = a;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(CudnnSdpaKeyHash()(a), CudnnSdpaKeyHash()(b));
+  b.kv_stride_head = 7;
+  EXPECT_FALSE(a == b) << "the KV geometry is part of the graph";
+  b = a;
+  b.scale = 0.2f;
+  EXPECT_FALSE(a == b) << "the scale is baked into the graph";
 }
 
 TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (the frontend's validation queries it)";
-  CudnnSdpaBucket b;
-  b.batch = 8;
-  b.max_query_len = 1;
-  b.num_q_heads = 32;
-  b.num_kv_heads = 8;
-  b.head_size = 128;
-  b.num_blocks = 1024;
-  b.page_size = 16;
-  b.max_pages_per_request = 64;
-  b.scale = 0.088f;
-  EXPECT_EQ(validate_paged_sdpa_graph(b), "");
+  CudnnSdpaKey k;
+  k.batch = 8;
+  k.max_query_len = 1;
+  k.num_q_heads = 32;
+  k.num_kv_heads = 8;
+  k.head_size = 128;
+  k.num_blocks = 1024;
+  k.page_size = 16;
+  k.table_width = 64;
+  k.q_stride_token = 32 * 128;
+  k.q_stride_head = 128;
+  k.kv_stride_block = 2 * 16 * 8 * 128;  // split NHD pages
+  k.kv_stride_token = 8 * 128;
+  k.kv_stride_head = 128;
+  k.scale = 0.088f;
+  EXPECT_EQ(validate_paged_sdpa_graph(k), "");
 }
 #endif
 

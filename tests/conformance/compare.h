@@ -11,8 +11,7 @@ namespace attnkit::testing {
 // and stores its output in: a few units in the last place of that dtype (float32 accumulates over
 // at most a few hundred keys, so 1e-4 leaves ample room while catching any wrong key or weight).
 double relative_tolerance(DType out_dtype);
-// LSE is accumulated in float32 by every backend: an absolute bound.
-inline constexpr double kLseTolerance = 1e-3;
+// The LSE tolerance is lse_tolerance() of support/dense_attention.h.
 // The largest |reference output| is floored at this value before scaling by the relative tolerance.
 inline constexpr double kMagnitudeFloor = 0.5;
 

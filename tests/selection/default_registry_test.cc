@@ -12,6 +12,28 @@
 namespace attnkit {
 namespace {
 
+// A build with FlashInfer or cuDNN (ATTNKIT_WITH_FLASHINFER, ATTNKIT_WITH_CUDNN) registers their
+// backends too: after the others, and in the CUDA priority list right after VARLEN.
+#if ATTNKIT_HAVE_FLASHINFER
+constexpr bool kWithFlashInfer = true;
+#else
+constexpr bool kWithFlashInfer = false;
+#endif
+#if ATTNKIT_HAVE_CUDNN
+constexpr bool kWithCudnn = true;
+#else
+constexpr bool kWithCudnn = false;
+#endif
+constexpr std::size_t kLibraryBackends = (kWithFlashInfer ? 1 : 0) + (kWithCudnn ? 1 : 0);
+
+std::vector<std::string> with_kernel_libraries(std::vector<std::string> names, std::size_t at) {
+  std::vector<std::string> libraries;
+  if (kWithFlashInfer) libraries.push_back("FLASHINFER");
+  if (kWithCudnn) libraries.push_back("CUDNN");
+  names.insert(names.begin() + static_cast<std::ptrdiff_t>(at), libraries.begin(), libraries.end());
+  return names;
+}
+
 std::vector<std::string> names_of(const std::vector<const BackendType*>& types) {
   std::vector<std::string> out;
   for (const BackendType* t : types) out.emplace_back(t->name());
@@ -21,7 +43,7 @@ std::vector<std::string> names_of(const std::vector<const BackendType*>& types) 
 TEST(DefaultRegistry, RegistersEveryBackendInDeclarationOrder) {
   std::vector<std::string> names;
   for (const BackendType& b : registered_backends()) names.emplace_back(b.name());
-  EXPECT_EQ(names, (std::vector<std::string>{"REFERENCE", "VARLEN", "CSR_PLAN", "RECURRENT_STATE", "GPU_REFERENCE"}));
+  EXPECT_EQ(names, with_kernel_libraries({"REFERENCE", "VARLEN", "CSR_PLAN", "RECURRENT_STATE", "GPU_REFERENCE"}, 5));
   for (const BackendType& b : registered_backends()) EXPECT_EQ(find_backend(b.name()), &b);
   EXPECT_EQ(find_backend("varlen"), nullptr);
 }
@@ -31,8 +53,7 @@ TEST(DefaultRegistry, PriorityListsPerPlatform) {
   // validates.
   EXPECT_EQ(names_of(priority_list(PlatformKind::kCpu)),
             (std::vector<std::string>{"VARLEN", "CSR_PLAN", "REFERENCE", "RECURRENT_STATE"}));
-  EXPECT_EQ(names_of(priority_list(PlatformKind::kCuda)),
-            (std::vector<std::string>{"VARLEN", "CSR_PLAN", "GPU_REFERENCE"}));
+  EXPECT_EQ(names_of(priority_list(PlatformKind::kCuda)), with_kernel_libraries({"VARLEN", "CSR_PLAN", "GPU_REFERENCE"}, 1));
 }
 
 TEST(DefaultRegistry, AutoOnCpuPicksTheFastestValidBackendNotTheOracle) {
@@ -61,20 +82,23 @@ TEST(DefaultRegistry, AutoOnCudaTakesVarlensKernelAndKeepsTheGpuReferenceLast) {
   c.kv_cache_dtype = DType::kBFloat16;
   const Selection& mixed = selector.select(c, std::nullopt);
   EXPECT_EQ(mixed.backend->name(), "GPU_REFERENCE");
-  ASSERT_EQ(mixed.candidates.size(), 3u);
-  ASSERT_FALSE(mixed.candidates[0].reasons.empty());
-  EXPECT_EQ(mixed.candidates[0].reasons[0].parameter, "kv_cache_dtype + dtype");
-  ASSERT_FALSE(mixed.candidates[1].reasons.empty());  // CSR_PLAN has no CUDA kernel yet
-  EXPECT_EQ(mixed.candidates[1].reasons[0].kind, ReasonKind::kHardware);
-  EXPECT_EQ(mixed.candidates[1].reasons[0].parameter, "platform");
+  const std::size_t csr_plan = 1 + kLibraryBackends;
+  ASSERT_EQ(mixed.candidates.size(), csr_plan + 2);
+  for (std::size_t i = 0; i < csr_plan; ++i) {  // the library kernels read KV in the query dtype too
+    ASSERT_FALSE(mixed.candidates[i].reasons.empty()) << i;
+    EXPECT_EQ(mixed.candidates[i].reasons[0].parameter, "kv_cache_dtype + dtype") << i;
+  }
+  ASSERT_FALSE(mixed.candidates[csr_plan].reasons.empty());  // CSR_PLAN has no CUDA kernel yet
+  EXPECT_EQ(mixed.candidates[csr_plan].reasons[0].kind, ReasonKind::kHardware);
+  EXPECT_EQ(mixed.candidates[csr_plan].reasons[0].parameter, "platform");
   // Nothing runs on a GPU the CUDA code was not built for: no substitute, every reason listed.
   c.platform = Platform::cuda(80, "NVIDIA A100");
   try {
     selector.select(c, std::nullopt);
     FAIL() << "sm_80 has no backend";
   } catch (const SelectionError& e) {
-    ASSERT_EQ(e.candidates().size(), 3u);
-    EXPECT_EQ(e.candidates()[2].reasons.at(0).parameter, "compute_capability");
+    ASSERT_EQ(e.candidates().size(), 3u + kLibraryBackends);
+    EXPECT_EQ(e.candidates().back().reasons.at(0).parameter, "compute_capability");
   }
 }
 
@@ -106,7 +130,9 @@ TEST(DefaultRegistry, EveryBackendDeclaresItsKernelVariantsInOrderOfPreference) 
       {"VARLEN", {"cuda-mma-kv16", "cuda-mma-kv-fp8", "cpu-online-softmax"}},
       {"CSR_PLAN", {"cpu-plan-run"}},
       {"RECURRENT_STATE", {"cpu-decay-scan"}},
-      {"GPU_REFERENCE", {"cuda-exact-f32"}}};
+      {"GPU_REFERENCE", {"cuda-exact-f32"}},
+      {"FLASHINFER", {"fa2-paged"}},
+      {"CUDNN", {"sdpa-paged"}}};
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& caps = b.caps();
     const std::vector<std::string_view>& names = expected.at(b.name());

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/support_matrix.h"
@@ -10,7 +11,17 @@
 namespace attnkit {
 namespace {
 
+// The doc shows the default build: every backend, FLASHINFER with its full instantiation set.
+bool is_the_default_build() {
+  const BackendType* flashinfer = find_backend("FLASHINFER");
+  return flashinfer != nullptr && flashinfer->caps().head_sizes == std::vector<int>{64, 128, 256};
+}
+
 TEST(SupportMatrixDoc, MatchesTheGeneratedMatrix) {
+  if (!is_the_default_build()) {
+    GTEST_SKIP() << "this build leaves out kernel libraries or instantiations the documented default build has "
+                    "(ATTNKIT_WITH_FLASHINFER, ATTNKIT_FLASHINFER_ALL_HEAD_SIZES)";
+  }
   const std::string path = std::string(ATTNKIT_SOURCE_DIR) + "/docs/support-matrix.md";
   std::ifstream in(path);
   ASSERT_TRUE(in.is_open()) << path << " is missing. Generate it from the capability declarations:\n"

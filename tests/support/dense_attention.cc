@@ -1,5 +1,6 @@
 #include "support/dense_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,6 +14,7 @@ DenseResult dense_attention(const DenseProblem& pb) {
   for (const auto& r : pb.requests) total += r.query_len;
   res.out.assign(static_cast<size_t>(total) * pb.num_q_heads * d, 0.0);
   res.lse.assign(static_cast<size_t>(total) * pb.num_q_heads, -std::numeric_limits<double>::infinity());
+  res.logit_magnitude.assign(static_cast<size_t>(total) * pb.num_q_heads, 0.0);
 
   int token_base = 0;
   for (size_t r = 0; r < pb.requests.size(); ++r) {
@@ -39,10 +41,15 @@ DenseResult dense_attention(const DenseProblem& pb) {
         const int p = context + i;
         const size_t qoff = (static_cast<size_t>(token_base + i) * pb.num_q_heads + h) * d;
         std::vector<double> scores(static_cast<size_t>(sl), 0.0);
+        double& magnitude = res.logit_magnitude[static_cast<size_t>(token_base + i) * pb.num_q_heads + h];
         for (int j = 0; j < sl; ++j) {
           const size_t koff = (static_cast<size_t>(j) * pb.num_kv_heads + kvh) * d;
-          double dot = 0.0;
-          for (int c = 0; c < d; ++c) dot += pb.q[qoff + c] * pb.keys[r][koff + c];
+          double dot = 0.0, abs_dot = 0.0;
+          for (int c = 0; c < d; ++c) {
+            dot += pb.q[qoff + c] * pb.keys[r][koff + c];
+            abs_dot += std::fabs(pb.q[qoff + c] * pb.keys[r][koff + c]);
+          }
+          if (mask[static_cast<size_t>(i)][static_cast<size_t>(j)]) magnitude = std::max(magnitude, abs_dot * pb.scale);
           double s = dot * pb.scale;
           if (pb.soft_cap > 0) s = pb.soft_cap * std::tanh(s / pb.soft_cap);
           if (!pb.alibi_slopes.empty()) s += pb.alibi_slopes[static_cast<size_t>(h)] * (j - p);
@@ -77,6 +84,13 @@ DenseResult dense_attention(const DenseProblem& pb) {
     token_base += ql;
   }
   return res;
+}
+
+double lse_tolerance(DType activation, double logit_magnitude) {
+  double roundoff = 0.0;  // float32 products are exact enough
+  if (activation == DType::kFloat16) roundoff = std::ldexp(1.0, -11);
+  if (activation == DType::kBFloat16) roundoff = std::ldexp(1.0, -8);
+  return kLseTolerance + roundoff * logit_magnitude;
 }
 
 }  // namespace attnkit::testing

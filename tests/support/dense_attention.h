@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "attnkit/core/dtype.h"
+
 namespace attnkit::testing {
 
 struct DenseRequest {
@@ -32,8 +34,20 @@ struct DenseProblem {
 struct DenseResult {
   std::vector<double> out;  // [tokens, num_q_heads, head_size]
   std::vector<double> lse;  // [tokens, num_q_heads]; -inf for rows that see no key
+  // [tokens, num_q_heads]: the largest scale * sum_d |q_d k_d| over the keys the row sees, how far
+  // rounding the scaled query to the activation dtype can move one of its logits (per unit
+  // roundoff); 0 for rows that see no key.
+  std::vector<double> logit_magnitude;
 };
 
 DenseResult dense_attention(const DenseProblem& problem);
+
+// LSE is accumulated in float32 by every backend: an absolute bound...
+inline constexpr double kLseTolerance = 1e-3;
+// ...plus what rounding the scaled query to the activation dtype before the products may add
+// (FlashInfer's kernels do; ours do not): each logit moves by at most the dtype's unit roundoff
+// times the row's logit magnitude (DenseResult::logit_magnitude), and the LSE by no more than its
+// largest logit does.
+double lse_tolerance(DType activation, double logit_magnitude);
 
 }  // namespace attnkit::testing

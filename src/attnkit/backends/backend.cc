@@ -33,6 +33,11 @@ AttentionConfig LayerParams::attention_config() const {
 void check_layer_params(const BackendCaps& caps, const LayerParams& p, PlatformKind platform) {
   AttentionConfig config = p.attention_config();
   config.platform.kind = platform;
+  // A feature the backend does not implement would be silently ignored by its kernels.
+  for (Feature f : kAllFeatures) {
+    ATTNKIT_REQUIRE(!config.features.has(f) || caps.features.has(f), std::string(to_string(f)), "set",
+                    caps.features.describe(), std::string(caps.name) + " does not implement it");
+  }
   for (const CombinationRule& rule : caps.combination_rules) {
     ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
                     std::string(caps.name) + ": " + std::string(rule.explanation));

@@ -75,6 +75,9 @@ struct VariantCaps {
 struct BackendCaps {
   std::string_view name;
   std::string_view summary;
+  // The third-party kernel library its kernels come from, with the version the build compiled
+  // ("flashinfer-python 0.7.2.post1"); empty for our own kernels.
+  std::string_view library;
   // Its kernels in order of preference: the selector runs the first that covers a configuration
   // (resolve_variant in selection/validate.h) and make_impl builds only these.
   std::vector<VariantCaps> variants;

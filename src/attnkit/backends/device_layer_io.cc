@@ -8,7 +8,36 @@ namespace attnkit {
 
 namespace {
 std::string str(std::int64_t v) { return std::to_string(v); }
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 }  // namespace
+
+void check_aligned_rows(const TensorView& t, const char* name) {
+  const std::int64_t bytes = static_cast<std::int64_t>(size_of(t.dtype));
+  ATTNKIT_REQUIRE(aligned16(t.data) && (t.stride[0] * bytes) % 16 == 0 && (t.stride[1] * bytes) % 16 == 0,
+                  std::string(name) + " alignment", "strides " + str(t.stride[0]) + "/" + str(t.stride[1]),
+                  "16-byte aligned data, token and head strides multiples of 16 bytes");
+}
+
+void check_dense_rows(const TensorView& t, const char* name, std::int64_t heads, std::int64_t head_size,
+                      const char* why) {
+  ATTNKIT_REQUIRE(aligned16(t.data) && t.stride[0] == heads * head_size && t.stride[1] == head_size,
+                  std::string(name) + " strides", str(t.stride[0]) + "/" + str(t.stride[1]),
+                  str(heads * head_size) + "/" + str(head_size) + " at a 16-byte aligned address", why);
+}
+
+void check_kv_cache_alignment(const KVCacheView& kv) {
+  const std::int64_t bytes = static_cast<std::int64_t>(size_of(kv.dtype));
+  ATTNKIT_REQUIRE(aligned16(kv.data) && (kv.stride_block * bytes) % 16 == 0 && (kv.stride_token * bytes) % 16 == 0 &&
+                      (kv.stride_head * bytes) % 16 == 0 && (kv.v_offset * bytes) % 16 == 0,
+                  "kv_cache alignment", "strides not multiples of 16 bytes", "16-byte aligned rows");
+}
+
+MemoryResource& builder_device_memory(const BuilderContext& ctx, const char* builder) {
+  MemoryResource& memory = ctx.memory ? *ctx.memory : cuda_device_memory();
+  ATTNKIT_REQUIRE(memory.space() == MemorySpace::kDevice, std::string(builder) + " memory",
+                  std::string(to_string(memory.space())), "device memory", "its kernels read the plan on the GPU");
+  return memory;
+}
 
 DeviceArray<float> upload_layer_floats(const std::vector<float>& values) {
   if (values.empty()) return {};

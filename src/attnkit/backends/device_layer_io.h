@@ -24,6 +24,18 @@ void check_device_lse(const TensorView& lse, std::int64_t rows, std::int64_t hea
 // The layer's cache: device memory, its heads, head size and dtype, pages of `page_size` tokens.
 void check_device_kv_cache(const KVCacheView& kv_cache, const LayerParams& layer, std::int64_t page_size);
 
+// 16-byte aligned data and token/head strides (kernels move 16 bytes at a time).
+void check_aligned_rows(const TensorView& t, const char* name);
+// Dense token-major rows [rows, heads, head_size] at a 16-byte aligned address; `why` names the
+// kernel that needs them dense.
+void check_dense_rows(const TensorView& t, const char* name, std::int64_t heads, std::int64_t head_size,
+                      const char* why);
+// The cache's data and every stride (and the V offset) at multiples of 16 bytes.
+void check_kv_cache_alignment(const KVCacheView& kv_cache);
+// Start-up: a CUDA builder's device memory (ctx.memory, else cudaMalloc), refused when it is not
+// device memory: `builder` ("VARLEN CUDA builder") names the builder in the error.
+MemoryResource& builder_device_memory(const BuilderContext& ctx, const char* builder);
+
 // The cache as kernels read it: pointer, dtype, geometry and scales of `kv_cache`, in one place.
 kernels::PagedKVCache paged_kv_of(const KVCacheView& kv_cache);
 // The layer's per-token rows as a kernel reads them (lse may be empty: no LSE).

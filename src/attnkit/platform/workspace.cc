@@ -47,11 +47,14 @@ void Workspace::release() {
   bytes_ = 0;
 }
 
-void Workspace::upload(std::size_t bytes, Stream stream) const {
+void Workspace::upload(std::size_t bytes, Stream stream) const { upload_range(0, bytes, stream); }
+
+void Workspace::upload_range(std::size_t offset, std::size_t bytes, Stream stream) const {
   if (mirror_ == device_ || bytes == 0) return;
-  ATTNKIT_REQUIRE(bytes <= bytes_, "workspace upload", std::to_string(bytes) + " bytes",
-                  "<= the workspace size " + std::to_string(bytes_));
-  device_memory_->copy_from_host_async(device_, mirror_, bytes, stream);
+  ATTNKIT_REQUIRE(offset <= bytes_ && bytes <= bytes_ - offset, "workspace upload",
+                  std::to_string(bytes) + " bytes at " + std::to_string(offset),
+                  "inside the workspace of " + std::to_string(bytes_) + " bytes");
+  device_memory_->copy_from_host_async(device_ + offset, mirror_ + offset, bytes, stream);
 }
 
 }  // namespace attnkit

@@ -69,6 +69,8 @@ class Workspace {
   // the mirror is the device buffer. A bound that depends only on the padded step shape keeps a
   // captured copy valid for every replay of that shape.
   void upload(std::size_t bytes, Stream stream) const;
+  // The same for mirror bytes [offset, offset + bytes): a region that sits after large ones.
+  void upload_range(std::size_t offset, std::size_t bytes, Stream stream) const;
   std::size_t bytes() const { return bytes_; }
   const void* device_address() const { return device_; }
   bool has_mirror() const { return mirror_ != device_; }

@@ -7,6 +7,12 @@
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
+#if ATTNKIT_HAVE_CUDNN
+#include "attnkit/backends/cudnn/cudnn_backend.h"
+#endif
+#if ATTNKIT_HAVE_FLASHINFER
+#include "attnkit/backends/flashinfer/flashinfer_backend.h"
+#endif
 #include "attnkit/core/error.h"
 #include "attnkit/selection/validate.h"
 
@@ -147,11 +153,26 @@ const BackendRegistry& default_registry() {
     // (it serves only recurrent-state layers, which the others reject). CUDA: the fast backends
     // first (no CUDA kernel of theirs yet, so they are skipped with their reasons), the exact
     // GPU reference last.
+    std::vector<BackendType> backends{reference, varlen, csr_plan, recurrent, gpu_reference};
+    std::vector<std::string_view> cuda_order{varlen.name()};
+#if ATTNKIT_HAVE_FLASHINFER
+    // A build with the kernel library only: its kernels exist only there.
+    const BackendType flashinfer = backend_type_of<FlashInferBackend>();
+    backends.push_back(flashinfer);
+    cuda_order.push_back(flashinfer.name());
+#endif
+#if ATTNKIT_HAVE_CUDNN
+    const BackendType cudnn = backend_type_of<CudnnBackend>();
+    backends.push_back(cudnn);
+    cuda_order.push_back(cudnn.name());
+#endif
+    cuda_order.push_back(csr_plan.name());
+    cuda_order.push_back(gpu_reference.name());
     std::vector<BackendRegistry::PriorityList> priorities{
         {PlatformKind::kCpu, {varlen.name(), csr_plan.name(), reference.name(), recurrent.name()}},
-        {PlatformKind::kCuda, {varlen.name(), csr_plan.name(), gpu_reference.name()}},
+        {PlatformKind::kCuda, std::move(cuda_order)},
     };
-    return BackendRegistry({reference, varlen, csr_plan, recurrent, gpu_reference}, std::move(priorities));
+    return BackendRegistry(std::move(backends), std::move(priorities));
   }();
   return registry;
 }

@@ -70,7 +70,7 @@ std::vector<std::string> header() {
                                    "layer kinds"};
   for (Feature f : kAllFeatures) columns.emplace_back(to_string(f));
   for (const char* c : {"needs exact CPU lengths", "fused KV update", "CUDA graph support", "reorder threshold",
-                        "block-table reuse", "combination rules", "kernel variants"}) {
+                        "block-table reuse", "combination rules", "kernel variants", "kernel library"}) {
     columns.emplace_back(c);
   }
   return columns;
@@ -94,6 +94,7 @@ std::vector<std::string> row(const BackendCaps& caps) {
   cells.push_back(yes_no(caps.supports_update_block_table));
   cells.push_back(combination_rules(caps));
   cells.push_back(kernel_variants(caps));
+  cells.emplace_back(caps.library.empty() ? std::string("attnkit") : std::string(caps.library));
   return cells;
 }
 

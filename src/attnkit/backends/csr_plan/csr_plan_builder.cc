@@ -51,8 +51,6 @@ void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) co
                   "[0, " + std::to_string(max_num_reqs_) + "] (max_num_reqs)");
   ATTNKIT_REQUIRE(c.num_actual_tokens >= 0 && c.num_actual_tokens <= max_num_tokens_, "num_actual_tokens",
                   std::to_string(c.num_actual_tokens), "[0, " + std::to_string(max_num_tokens_) + "] (max_num_tokens)");
-  ATTNKIT_REQUIRE(c.block_table_cpu.num_rows >= c.num_reqs && (c.num_reqs == 0 || c.block_table_cpu.data != nullptr),
-                  "block_table rows", std::to_string(c.block_table.num_rows), ">= num_reqs");
   ATTNKIT_REQUIRE(c.slot_mapping.size() >= sz(c.num_actual_tokens), "slot_mapping size",
                   std::to_string(c.slot_mapping.size()), ">= num_actual_tokens");
   ATTNKIT_REQUIRE(c.kernel_block_size == 0 || c.kernel_block_size == page_size_, "kernel_block_size",
@@ -60,85 +58,31 @@ void CsrPlanMetadataBuilder::check_capacity(const CommonAttentionMetadata& c) co
                   "the builder was made for this page size");
 }
 
-// Decode-first split from exact CPU query lengths: the leading requests with query_len <=
-// threshold are decodes. A short request after the first prefill (the runner did not reorder)
-// goes to the prefill plan, which handles any query length, so the result stays correct.
-void CsrPlanMetadataBuilder::plan_split(const CommonAttentionMetadata& c) {
-  const auto qsl = c.query_start_loc_cpu;
-  ATTNKIT_REQUIRE(qsl.size() >= sz(c.num_reqs) + 1 && qsl[0] == 0 && qsl[sz(c.num_reqs)] == c.num_actual_tokens,
-                  "query_start_loc_cpu", std::to_string(qsl.size()) + " entries",
-                  "num_reqs + 1 entries from 0 to num_actual_tokens");
-  ATTNKIT_REQUIRE(c.seq_lens_cpu.size() >= sz(c.num_reqs), "seq_lens_cpu size", std::to_string(c.seq_lens_cpu.size()),
-                  ">= num_reqs");
-  std::int32_t nd = 0;
-  while (nd < c.num_reqs && qsl[sz(nd) + 1] - qsl[sz(nd)] <= kCsrPlanDecodeThreshold) ++nd;
+void CsrPlanMetadataBuilder::take_step(const CsrStep& step, bool causal) {
   auto& m = metadata_;
-  m.num_reqs = c.num_reqs;
-  m.num_actual_tokens = c.num_actual_tokens;
-  m.num_decodes = nd;
-  m.num_decode_tokens = qsl[sz(nd)];
-  m.num_prefills = c.num_reqs - nd;
-  m.num_prefill_tokens = c.num_actual_tokens - m.num_decode_tokens;
+  m.num_reqs = step.num_reqs;
+  m.num_actual_tokens = step.num_actual_tokens;
+  m.num_decodes = step.decode.num_reqs;
+  m.num_decode_tokens = step.decode.num_tokens;
+  m.num_prefills = step.prefill.num_reqs;
+  m.num_prefill_tokens = step.prefill.num_tokens;
   m.page_size = page_size_;
-
-  CsrSubPlan* plans[2] = {&m.decode, &m.prefill};
-  std::vector<std::int32_t>* qo[2] = {&decode_qo_host_, &prefill_qo_host_};
-  const std::int32_t first_req[2] = {0, nd};
-  const std::int32_t count[2] = {nd, c.num_reqs - nd};
+  const CsrSubBatch* from[2] = {&step.decode, &step.prefill};
+  CsrSubPlan* to[2] = {&m.decode, &m.prefill};
   for (int k = 0; k < 2; ++k) {
-    CsrSubPlan& p = *plans[k];
-    p.first_request = first_req[k];
-    p.num_reqs = count[k];
-    p.first_token = qsl[sz(first_req[k])];
-    p.num_tokens = qsl[sz(first_req[k] + count[k])] - p.first_token;
-    p.page_size = page_size_;
-    p.causal = c.causal;
-    p.max_query_len = 0;
-    p.max_seq_len = 0;
-    for (std::int32_t i = 0; i <= count[k]; ++i) {
-      (*qo[k])[sz(i)] = qsl[sz(first_req[k] + i)] - p.first_token;
-    }
-    for (std::int32_t i = first_req[k]; i < first_req[k] + count[k]; ++i) {
-      p.max_query_len = std::max(p.max_query_len, qsl[sz(i) + 1] - qsl[sz(i)]);
-      p.max_seq_len = std::max(p.max_seq_len, c.seq_lens_cpu[sz(i)]);
-    }
+    to[k]->first_request = from[k]->first_request;
+    to[k]->num_reqs = from[k]->num_reqs;
+    to[k]->first_token = from[k]->first_token;
+    to[k]->num_tokens = from[k]->num_tokens;
+    to[k]->max_query_len = from[k]->max_query_len;
+    to[k]->max_seq_len = from[k]->max_seq_len;
+    to[k]->page_size = page_size_;
+    to[k]->causal = causal;
   }
 }
 
-// B2: n_i = ceil(l_i / B), indptr = prefix sums, last_page_len = ((l_i - 1) mod B) + 1.
-void CsrPlanMetadataBuilder::plan_page_table_counts(const CommonAttentionMetadata& c) {
-  const std::int32_t b = page_size_;
-  indptr_host_[0] = 0;
-  for (std::int32_t i = 0; i < c.num_reqs; ++i) {
-    const std::int32_t l = c.seq_lens_cpu[sz(i)];
-    const std::int32_t q = c.query_start_loc_cpu[sz(i) + 1] - c.query_start_loc_cpu[sz(i)];
-    ATTNKIT_REQUIRE(q >= 0 && l >= q, "seq_lens_cpu[" + std::to_string(i) + "]", std::to_string(l),
-                    ">= query_len (" + std::to_string(q) + ")",
-                    "context length = seq_len - query_len cannot be negative");
-    const std::int32_t pages = (l + b - 1) / b;
-    ATTNKIT_REQUIRE(pages <= max_blocks_per_req_ && pages <= c.block_table_cpu.row_stride,
-                    "pages of request " + std::to_string(i), std::to_string(pages),
-                    "<= min(max_blocks_per_req, block table row_stride)");
-    indptr_host_[sz(i) + 1] = indptr_host_[sz(i)] + pages;
-    last_page_len_host_[sz(i)] = l == 0 ? 0 : (l - 1) % b + 1;  // a full last page is B, never 0
-    seq_lens_host_[sz(i)] = l;
-  }
-}
-
-// indices = the first n_i entries of each block-table row; the slot mapping rides along.
-void CsrPlanMetadataBuilder::fill_indices_and_slots(const CommonAttentionMetadata& c) {
-  // The host block table the common metadata carries (never the device one).
-  std::int32_t* indices = indices_.host_array().data();
-  for (std::int32_t i = 0; i < c.num_reqs; ++i) {
-    const std::int32_t begin = indptr_host_[sz(i)];
-    const std::int32_t pages = indptr_host_[sz(i) + 1] - begin;
-    ATTNKIT_REQUIRE(pages <= c.block_table_cpu.row_stride, "pages of request " + std::to_string(i), std::to_string(pages),
-                    "<= block table row_stride (" + std::to_string(c.block_table_cpu.row_stride) + ")");
-    const auto row = c.block_table_cpu.row(i);
-    std::copy(row.begin(), row.begin() + pages, indices + begin);
-  }
-  const std::int32_t total = indptr_host_[sz(c.num_reqs)];
-  metadata_.paged_kv_indices = indices_.host_array().first(sz(total));
+void CsrPlanMetadataBuilder::name_indices_and_slots(const CommonAttentionMetadata& c) {
+  metadata_.paged_kv_indices = indices_.host_array().first(sz(indptr_host_[sz(metadata_.num_reqs)]));
   // The runner's fixed-address slot mapping (C3), named rather than copied.
   metadata_.slot_mapping = host_span(c.slot_mapping.first(sz(c.num_actual_tokens)), "slot_mapping");
 }
@@ -174,12 +118,16 @@ void CsrPlanMetadataBuilder::point_metadata() {
 const AttentionMetadata& CsrPlanMetadataBuilder::build(std::int32_t common_prefix_len,
                                                        const CommonAttentionMetadata& common) {
   (void)common_prefix_len;
-  ATTNKIT_REQUIRE(common.cpu_lengths_exact, "cpu_lengths_exact", "false", "true",
-                  "CSR_PLAN plans from CPU lengths; optimistic (speculative) lengths must not reach it (G6)");
   check_capacity(common);
-  plan_split(common);
-  plan_page_table_counts(common);
-  fill_indices_and_slots(common);
+  CsrBuffers out;
+  out.indptr = indptr_host_;
+  out.last_page_len = last_page_len_host_;
+  out.seq_lens = seq_lens_host_;
+  out.indices = indices_.host_array();
+  out.decode_qo = decode_qo_host_;
+  out.prefill_qo = prefill_qo_host_;
+  take_step(plan_csr_step(common, page_size_, kCsrPlanDecodeThreshold, max_blocks_per_req_, out), common.causal);
+  name_indices_and_slots(common);
   upload_plan();
   point_metadata();
   return metadata_;
@@ -217,7 +165,11 @@ const AttentionMetadata& CsrPlanMetadataBuilder::update_block_table(const Attent
     prefill_qo_.assign_host(plan.prefill.qo_indptr);
     point_metadata();
   }
-  fill_indices_and_slots(common);
+  ATTNKIT_REQUIRE(common.block_table_cpu.num_rows >= common.num_reqs, "block_table rows",
+                  std::to_string(common.block_table_cpu.num_rows), ">= num_reqs");
+  fill_csr_indices(common, std::span<const std::int32_t>(indptr_host_.data(), sz(metadata_.num_reqs) + 1),
+                   indices_.host_array());
+  name_indices_and_slots(common);
   return metadata_;
 }
 

@@ -1,6 +1,7 @@
-// Plans a CSR_PLAN step once per attention group: the decode-first split and the CSR page table,
-// computed on the host from EXACT CPU lengths (the backend declares needs_exact_cpu_lengths; G6)
-// into preallocated host staging, then uploaded into preallocated device arrays.
+// Plans a CSR_PLAN step once per attention group: the decode-first split and the CSR page table
+// (metadata/csr_page_table.h, shared with FLASHINFER), computed on the host from EXACT CPU lengths
+// (the backend declares needs_exact_cpu_lengths; G6) into preallocated host staging, then uploaded
+// into preallocated device arrays.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "attnkit/backends/backend.h"
 #include "attnkit/backends/csr_plan/csr_plan_metadata.h"
+#include "attnkit/metadata/csr_page_table.h"
 #include "attnkit/platform/platform.h"
 
 namespace attnkit {
@@ -28,9 +30,8 @@ class CsrPlanMetadataBuilder final : public MetadataBuilder {
 
  private:
   void check_capacity(const CommonAttentionMetadata& common) const;
-  void plan_split(const CommonAttentionMetadata& common);
-  void plan_page_table_counts(const CommonAttentionMetadata& common);
-  void fill_indices_and_slots(const CommonAttentionMetadata& common);
+  void take_step(const CsrStep& step, bool causal);
+  void name_indices_and_slots(const CommonAttentionMetadata& common);
   void upload_plan();
   void point_metadata();
 

@@ -1,9 +1,16 @@
 #include "attnkit/backends/cudnn/cudnn_sdpa_graph.h"
 
+#include <cuda_runtime.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "attnkit/core/error.h"
 
 namespace attnkit {
 
@@ -11,22 +18,169 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-// Tensor uids of the graph's inputs and outputs (the variant pack of a later execute).
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kSeqLenQ, kSeqLenKv, kPageTableK, kPageTableV };
+// Tensor uids in ascending order: the sorted-pointer execute takes the user pointers in this order.
+enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kSeqLenQ, kSeqLenKv, kPageTableK, kPageTableV, kRaggedQ, kRaggedO };
+constexpr int kNumUids = 10;
 
-std::shared_ptr<fe::graph::Tensor_attributes> dense(fe::graph::Graph& graph, const char* name, Uid uid,
-                                                    std::vector<std::int64_t> dims, fe::DataType_t type) {
-  std::vector<std::int64_t> strides(dims.size(), 1);
-  for (std::size_t i = dims.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim(dims)
-                          .set_stride(strides)
-                          .set_data_type(type));
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+TensorPtr int_tensor(fe::graph::Graph& g, const char* name, Uid uid, std::vector<std::int64_t> dims,
+                     std::vector<std::int64_t> strides) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(std::move(dims))
+                      .set_stride(std::move(strides))
+                      .set_data_type(fe::DataType_t::INT32));
+}
+
+fe::DataType_t io_type(DType dtype) {
+  return dtype == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
+}
+
+// The key's graph, described (not yet validated or built).
+std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(io_type(k.dtype))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const std::int64_t b = k.batch, h = k.num_q_heads, s = k.max_query_len, d = k.head_size;
+  // Queries and outputs are token-major rows, each request's at its ragged offset.
+  const std::vector<std::int64_t> row_strides = {s * k.q_stride_token, k.q_stride_head, k.q_stride_token, 1};
+  auto q_attributes =
+      fe::graph::Tensor_attributes().set_name("q").set_uid(kQ).set_dim({b, h, s, d}).set_stride(row_strides);
+  TensorPtr ragged_o;
+  if (k.ragged) {
+    q_attributes.set_ragged_offset(int_tensor(*g, "ragged_q", kRaggedQ, {b + 1, 1, 1, 1}, {1, 1, 1, 1}));
+    ragged_o = int_tensor(*g, "ragged_o", kRaggedO, {b + 1, 1, 1, 1}, {1, 1, 1, 1});
+  }
+  auto q = g->tensor(q_attributes);
+  const std::vector<std::int64_t> container_dims = {k.num_blocks, k.num_kv_heads, k.page_size, d};
+  const std::vector<std::int64_t> container_strides = {k.kv_stride_block, k.kv_stride_head, k.kv_stride_token, 1};
+  auto key_cache = g->tensor(
+      fe::graph::Tensor_attributes().set_name("k_container").set_uid(kK).set_dim(container_dims).set_stride(container_strides));
+  auto value_cache = g->tensor(
+      fe::graph::Tensor_attributes().set_name("v_container").set_uid(kV).set_dim(container_dims).set_stride(container_strides));
+  auto seq_q = int_tensor(*g, "seq_len_q", kSeqLenQ, {b, 1, 1, 1}, {1, 1, 1, 1});
+  auto seq_kv = int_tensor(*g, "seq_len_kv", kSeqLenKv, {b, 1, 1, 1}, {1, 1, 1, 1});
+  const std::int64_t w = k.table_width;
+  auto table_k = int_tensor(*g, "page_table_k", kPageTableK, {b, 1, w, 1}, {w, w, 1, 1});
+  auto table_v = int_tensor(*g, "page_table_v", kPageTableV, {b, 1, w, 1}, {w, w, 1, 1});
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("paged_sdpa")
+                     .set_generate_stats(false)
+                     .set_attn_scale(k.scale)
+                     .set_padding_mask(true)
+                     .set_seq_len_q(seq_q)
+                     .set_seq_len_kv(seq_kv)
+                     .set_paged_attention_k_table(table_k)
+                     .set_paged_attention_v_table(table_v)
+                     .set_paged_attention_max_seq_len_kv(static_cast<int>(w * k.page_size));
+  if (k.causal) options.set_causal_mask_bottom_right(true);
+  auto [o, stats] = g->sdpa(q, key_cache, value_cache, options);
+  (void)stats;
+  o->set_output(true).set_uid(kO).set_dim({b, h, s, d}).set_stride(row_strides);
+  if (k.ragged) o->set_ragged_offset(ragged_o);
+  return g;
+}
+
+std::string message_of(fe::error_t status) { return status.is_good() ? std::string() : status.get_message(); }
+
+// One cuDNN handle for the process (execute sets the caller's stream on it each time).
+cudnnHandle_t process_handle() {
+  static cudnnHandle_t handle = [] {
+    cudnnHandle_t h = nullptr;
+    const cudnnStatus_t status = cudnnCreate(&h);
+    ATTNKIT_REQUIRE(status == CUDNN_STATUS_SUCCESS, "cuDNN handle", cudnnGetErrorString(status), "CUDNN_STATUS_SUCCESS");
+    return h;
+  }();
+  return handle;
 }
 
 }  // namespace
+
+struct CudnnSdpaGraph::State {
+  std::shared_ptr<fe::graph::Graph> graph;
+};
+
+CudnnSdpaGraph::CudnnSdpaGraph(std::unique_ptr<State> state, std::int64_t workspace_bytes, bool ragged)
+    : state_(std::move(state)), workspace_bytes_(workspace_bytes), ragged_(ragged) {}
+CudnnSdpaGraph::~CudnnSdpaGraph() = default;
+
+std::string CudnnSdpaKey::describe() const {
+  std::ostringstream os;
+  os << to_string(dtype) << " batch " << batch << " max_query_len " << max_query_len << " heads " << num_q_heads << "/"
+     << num_kv_heads << " d " << head_size << " blocks " << num_blocks << " page " << page_size << " table width "
+     << table_width << " q strides " << q_stride_token << "/" << q_stride_head << " kv strides " << kv_stride_block
+     << "/" << kv_stride_token << "/" << kv_stride_head << " scale " << scale << (causal ? " causal" : "")
+     << (ragged ? " ragged" : " dense");
+  return os.str();
+}
+
+std::size_t CudnnSdpaKeyHash::operator()(const CudnnSdpaKey& k) const {
+  std::size_t h = std::hash<int>()(static_cast<int>(k.dtype));
+  const auto mix = [&h](std::int64_t v) { h ^= std::hash<std::int64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  for (std::int64_t v : {k.batch, k.max_query_len, k.num_q_heads, k.num_kv_heads, k.head_size, k.num_blocks,
+                         k.page_size, k.table_width, k.q_stride_token, k.q_stride_head, k.kv_stride_block,
+                         k.kv_stride_token, k.kv_stride_head}) {
+    mix(v);
+  }
+  mix(static_cast<std::int64_t>(std::hash<float>()(k.scale)));
+  mix(k.causal ? 1 : 0);
+  mix(k.ragged ? 1 : 0);
+  return h;
+}
+
+std::unique_ptr<CudnnSdpaGraph> CudnnSdpaGraph::build(const CudnnSdpaKey& key, std::string* reason) {
+  auto state = std::make_unique<State>();
+  state->graph = describe(key);
+  fe::graph::Graph& g = *state->graph;
+  std::string why = message_of(g.validate());
+  if (why.empty()) why = message_of(g.build_operation_graph(process_handle()));
+  if (why.empty()) why = message_of(g.create_execution_plans({fe::HeurMode_t::A}));
+  if (why.empty()) why = message_of(g.check_support(process_handle()));
+  if (why.empty()) why = message_of(g.build_plans(process_handle()));
+  std::int64_t workspace = 0;
+  if (why.empty()) why = message_of(g.get_workspace_size(workspace));
+  if (!why.empty()) {
+    if (reason != nullptr) *reason = why;
+    return nullptr;
+  }
+  return std::unique_ptr<CudnnSdpaGraph>(new CudnnSdpaGraph(std::move(state), workspace, key.ragged));
+}
+
+std::string CudnnSdpaGraph::execute(const CudnnSdpaPointers& p, void* workspace, void* stream) const {
+  const cudnnHandle_t handle = process_handle();
+  const cudnnStatus_t set = cudnnSetStream(handle, static_cast<cudaStream_t>(stream));
+  if (set != CUDNN_STATUS_SUCCESS) return cudnnGetErrorString(set);
+  void* pointers[kNumUids] = {const_cast<void*>(p.q),
+                              const_cast<void*>(p.k),
+                              const_cast<void*>(p.v),
+                              p.o,
+                              const_cast<std::int32_t*>(p.seq_len_q),
+                              const_cast<std::int32_t*>(p.seq_len_kv),
+                              const_cast<std::int32_t*>(p.page_table),
+                              const_cast<std::int32_t*>(p.page_table),
+                              const_cast<std::int32_t*>(p.ragged_offsets),
+                              const_cast<std::int32_t*>(p.ragged_offsets)};
+  // A dense (decode) graph has no offset tensors, the last two uids.
+  return message_of(state_->graph->execute(handle, pointers, ragged_ ? kNumUids : kNumUids - 2, workspace));
+}
+
+const CudnnSdpaGraph& cudnn_sdpa_graph_for(const CudnnSdpaKey& key) {
+  static std::mutex mutex;
+  static std::unordered_map<CudnnSdpaKey, std::unique_ptr<CudnnSdpaGraph>, CudnnSdpaKeyHash> graphs;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = graphs.find(key);
+  if (it == graphs.end()) {
+    std::string reason;
+    std::unique_ptr<CudnnSdpaGraph> graph = CudnnSdpaGraph::build(key, &reason);
+    ATTNKIT_REQUIRE(graph != nullptr, "cuDNN SDPA graph", reason, "a graph cuDNN " + std::to_string(cudnnGetVersion()) +
+                    " builds", "for " + key.describe());
+    it = graphs.emplace(key, std::move(graph)).first;
+  }
+  return *it->second;
+}
 
 std::int64_t cudnn_runtime_version() { return static_cast<std::int64_t>(cudnnGetVersion()); }
 
@@ -35,43 +189,6 @@ std::string cudnn_frontend_version() {
          std::to_string(CUDNN_FRONTEND_PATCH_VERSION);
 }
 
-std::string validate_paged_sdpa_graph(const CudnnSdpaBucket& b) {
-  fe::graph::Graph graph;
-  graph.set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  const auto bf16 = fe::DataType_t::BFLOAT16;
-  const auto i32 = fe::DataType_t::INT32;
-  // Q, O: [batch, q_heads, max_query_len, head] (strides of a token-major buffer).
-  const std::int64_t s = b.max_query_len, h = b.num_q_heads, d = b.head_size;
-  auto q = graph.tensor(fe::graph::Tensor_attributes()
-                            .set_name("q")
-                            .set_uid(kQ)
-                            .set_dim({b.batch, h, s, d})
-                            .set_stride({s * h * d, d, h * d, 1})
-                            .set_data_type(bf16));
-  auto k = dense(graph, "k_container", kK, {b.num_blocks, b.num_kv_heads, b.page_size, d}, bf16);
-  auto v = dense(graph, "v_container", kV, {b.num_blocks, b.num_kv_heads, b.page_size, d}, bf16);
-  auto seq_q = dense(graph, "seq_len_q", kSeqLenQ, {b.batch, 1, 1, 1}, i32);
-  auto seq_kv = dense(graph, "seq_len_kv", kSeqLenKv, {b.batch, 1, 1, 1}, i32);
-  auto table_k = dense(graph, "page_table_k", kPageTableK, {b.batch, 1, b.max_pages_per_request, 1}, i32);
-  auto table_v = dense(graph, "page_table_v", kPageTableV, {b.batch, 1, b.max_pages_per_request, 1}, i32);
-  auto attributes = fe::graph::SDPA_attributes()
-                        .set_name("paged_sdpa")
-                        .set_generate_stats(false)
-                        .set_attn_scale(b.scale)
-                        .set_padding_mask(true)
-                        .set_seq_len_q(seq_q)
-                        .set_seq_len_kv(seq_kv)
-                        .set_paged_attention_k_table(table_k)
-                        .set_paged_attention_v_table(table_v)
-                        .set_paged_attention_max_seq_len_kv(static_cast<int>(b.max_pages_per_request * b.page_size));
-  if (b.causal) attributes.set_causal_mask_bottom_right(true);
-  auto [o, stats] = graph.sdpa(q, k, v, attributes);
-  (void)stats;
-  o->set_output(true).set_uid(kO).set_dim({b.batch, h, s, d}).set_stride({s * h * d, d, h * d, 1});
-  fe::error_t status = graph.validate();
-  return status.is_good() ? std::string() : status.get_message();
-}
+std::string validate_paged_sdpa_graph(const CudnnSdpaKey& key) { return message_of(describe(key)->validate()); }
 
 }  // namespace attnkit

@@ -5,6 +5,7 @@
 
 #include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
 #include "attnkit/backends/reference/reference_builder.h"
+#include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -12,13 +13,6 @@ namespace attnkit {
 namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
-
-MemoryResource& device_memory_of(const BuilderContext& ctx) {
-  MemoryResource& memory = ctx.memory ? *ctx.memory : cuda_device_memory();
-  ATTNKIT_REQUIRE(memory.space() == MemorySpace::kDevice, "GPU_REFERENCE builder memory",
-                  std::string(to_string(memory.space())), "device memory", "its kernel reads the plan on the GPU");
-  return memory;
-}
 
 WorkspaceLayout plan_layout(std::size_t* cascade_offset) {
   WorkspaceLayout layout;
@@ -37,7 +31,7 @@ GpuReferenceMetadataBuilder::GpuReferenceMetadataBuilder(const BuilderContext& c
   ATTNKIT_REQUIRE(context.kernel_block_size > 0, "kernel_block_size", str(context.kernel_block_size), "> 0");
   std::size_t cascade_offset = 0;
   const WorkspaceLayout layout = plan_layout(&cascade_offset);
-  workspace_ = Workspace(layout, device_memory_of(context),
+  workspace_ = Workspace(layout, builder_device_memory(context, "GPU_REFERENCE builder"),
                          context.mirror_memory ? *context.mirror_memory : pinned_host_memory());
   cascade_prefix_len_ = workspace_.region<std::int32_t>(cascade_offset, 1);
   *cascade_prefix_len_.host = 0;

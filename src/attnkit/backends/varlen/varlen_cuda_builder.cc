@@ -5,6 +5,7 @@
 
 #include "attnkit/backends/reference/reference_builder.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
+#include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -16,13 +17,6 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 // Partials (split-KV and cascade) get at most this much device memory per builder; a step whose
 // partials would not fit is planned with fewer splits, and forced cascade beyond it is an error.
 constexpr std::size_t kPartialBudgetBytes = 64u << 20;
-
-MemoryResource& device_memory_of(const BuilderContext& ctx) {
-  MemoryResource& memory = ctx.memory ? *ctx.memory : cuda_device_memory();
-  ATTNKIT_REQUIRE(memory.space() == MemorySpace::kDevice, "VARLEN CUDA builder memory",
-                  std::string(to_string(memory.space())), "device memory", "its kernel reads the plan on the GPU");
-  return memory;
-}
 
 VarlenPlanLimits limits_for(const BuilderContext& ctx, std::int32_t max_padded_tokens) {
   VarlenPlanLimits l;
@@ -67,7 +61,7 @@ VarlenCudaMetadataBuilder::VarlenCudaMetadataBuilder(const BuilderContext& ctx)
   const std::size_t partials = layout.add<std::int32_t>(static_cast<std::size_t>(ctx.max_num_reqs));
   const std::size_t work = layout.add<kernels::VarlenWorkItem>(static_cast<std::size_t>(limits_.max_work_items));
   const std::size_t merges = layout.add<kernels::VarlenMergeItem>(static_cast<std::size_t>(limits_.max_merge_items));
-  MemoryResource& device = device_memory_of(ctx);
+  MemoryResource& device = builder_device_memory(ctx, "VARLEN CUDA builder");
   workspace_ = Workspace(layout, device, ctx.mirror_memory ? *ctx.mirror_memory : pinned_host_memory());
   counts_ = workspace_.region<std::int32_t>(counts, 2);
   partial_base_ = workspace_.region<std::int32_t>(base, static_cast<std::size_t>(ctx.max_num_reqs));

@@ -13,14 +13,6 @@ namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
-// 16-byte aligned rows: the kernel moves 16 bytes at a time.
-void check_aligned_rows(const TensorView& t, const char* name) {
-  ATTNKIT_REQUIRE(aligned16(t.data) && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0, std::string(name) + " alignment",
-                  "strides " + str(t.stride[0]) + "/" + str(t.stride[1]),
-                  "16-byte aligned data, token and head strides multiples of 8 elements");
-}
 
 }  // namespace
 
@@ -78,11 +70,7 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   check_aligned_rows(output, "output");
   check_device_lse(lse, rows, params_.num_q_heads);
   check_device_kv_cache(kv_cache, params_, md.page_size);
-  const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
-  ATTNKIT_REQUIRE(aligned16(kv_cache.data) && (kv_cache.stride_block * kv_bytes) % 16 == 0 &&
-                      (kv_cache.stride_token * kv_bytes) % 16 == 0 && (kv_cache.stride_head * kv_bytes) % 16 == 0 &&
-                      (kv_cache.v_offset * kv_bytes) % 16 == 0,
-                  "kv_cache alignment", "strides not multiples of 16 bytes", "16-byte aligned rows");
+  check_kv_cache_alignment(kv_cache);
 
   kernels::VarlenParams p = kernel_params_;
   p.rows = layer_rows_of(query, output, lse);

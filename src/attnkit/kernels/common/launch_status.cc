@@ -18,7 +18,8 @@ void check_launch(const LaunchStatus& status) {
 #else
   const std::string what = "CUDA error " + std::to_string(status.cuda_error);
 #endif
-  throw Error(std::string("kernel ") + status.kernel, what, "cudaSuccess", "the kernel launch failed");
+  throw Error(std::string("kernel ") + status.kernel, what, "cudaSuccess",
+              status.detail != nullptr ? std::string(status.detail) : std::string("the kernel launch failed"));
 }
 
 }  // namespace attnkit::kernels

@@ -7,6 +7,9 @@ namespace attnkit::kernels {
 struct LaunchStatus {
   int cuda_error = 0;       // cudaError_t value; 0 = cudaSuccess
   const char* kernel = "";  // static name of the kernel, for the error message
+  // A third-party library's own explanation (FlashInfer's exception text), valid until the next
+  // call into that library on this thread; nullptr when the CUDA error says it all.
+  const char* detail = nullptr;
   bool ok() const { return cuda_error == 0; }
 };
 

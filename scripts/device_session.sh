@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device session's GPU work over build-device/ (scripts/build_device.sh): the attention benchmark
+# of each backend named in BACKENDS (default "VARLEN FLASHINFER CUDNN", those this build registers)
+# on the same workloads, each with the ceilings measured in its own run, then
+# scripts/device_check.sh (tests, conformance, replay, demo, sanitizers) within CHECK_SECONDS
+# (default 420). Everything lands in $OUT/session.tgz (the device tool returns few files) plus
+# the printed summaries. Exits non-zero if the check failed or ran out of time.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/device_env.sh
+out="${OUT:-$PWD/device-out}"
+work=$(mktemp -d)
+mkdir -p "$out"
+workloads="${WORKLOADS:-decode_1x4096,decode_16x4096,decode_64x4096,decode_8x32768,decode_256x1024,prefill_1x4096,prefill_1x16384,prefill_16x1024}"
+commit=$(cat build-device/COMMIT 2>/dev/null || echo unknown)
+for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
+  if ! build-device/attnkit backends | grep -q "^$backend"; then
+    echo "skip $backend: not in this build"
+    continue
+  fi
+  mkdir -p "$work/bench_$backend"
+  ATTNKIT_COMMIT="$commit" build-device/attnkit_attention_bench --backend "$backend" --workloads "$workloads" \
+    --out "$work/bench_$backend" >"$work/bench_$backend/stdout.txt" 2>&1
+  echo "== $backend (exit $?)"
+  grep -E '^\| (decode|prefill|mixed)' "$work/bench_$backend/attention_bench.md" | cut -d'|' -f2-11
+done
+OUT="$work/check" timeout "${CHECK_SECONDS:-420}" bash scripts/device_check.sh
+check=$?
+[[ $check -eq 124 ]] && echo "device_check.sh ran out of time (${CHECK_SECONDS:-420} s)"
+tar czf "$out/session.tgz" -C "$work" .
+exit $check

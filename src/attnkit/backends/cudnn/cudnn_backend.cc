@@ -1,0 +1,58 @@
+#include "attnkit/backends/cudnn/cudnn_backend.h"
+
+#include <string>
+
+#include "attnkit/backends/cudnn/cudnn_builder.h"
+#include "attnkit/backends/cudnn/cudnn_impl.h"
+
+namespace attnkit {
+
+namespace {
+bool kv_of_other_dtype(const AttentionConfig& c) { return c.kv_cache_dtype != c.dtype; }
+}  // namespace
+
+const BackendCaps& CudnnBackend::caps() {
+  static const BackendCaps caps = [] {
+    BackendCaps c;
+    c.name = "CUDNN";
+    c.summary = "cuDNN's SDPA: one graph execution per mixed batch, ragged queries, paged K/V through the block table";
+    c.library = "cuDNN " ATTNKIT_CUDNN_VERSION_STRING ", cudnn-frontend " ATTNKIT_CUDNN_FRONTEND_VERSION_STRING;
+    VariantCaps sdpa;
+    sdpa.variant = kCudnnSdpaVariant;
+    sdpa.summary =
+        "cuDNN SDPA forward with paged K/V (dense page table), per-request query and KV lengths, ragged query offsets, "
+        "bottom-right causal mask; one graph per shape bucket (mixed steps: batch and query length rounded up to powers "
+        "of two, ragged rows; decode-only steps: the exact batch, dense rows)";
+    c.variants = {sdpa};
+    c.platforms = {PlatformKind::kCuda};
+    c.cuda_compute_capability = {90, 90};
+    c.dtypes = {DType::kFloat16, DType::kBFloat16};
+    c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};
+    c.head_sizes = {64, 128};
+    c.block_sizes.sizes = {16, 32, 64};
+    c.kv_layouts = {KVLayout::kSplitNHD, KVLayout::kSplitHND, KVLayout::kFusedHND};  // any strides
+    c.attention_types = {AttentionType::kDecoder};
+    c.kv_spec_kinds = {KVSpecKind::kFullAttention};
+    c.features = {};
+    c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
+    c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
+    c.forward_includes_kv_update = false;
+    // A step's graph depends on its bucket; capturing it is not wired yet: eager only.
+    c.cudagraph_support = CudaGraphSupport::kNever;
+    c.reorder_batch_threshold = std::nullopt;
+    c.supports_update_block_table = false;
+    return c;
+  }();
+  return caps;
+}
+
+std::unique_ptr<AttentionImpl> CudnnBackend::make_impl(const LayerParams& params, KernelVariant variant) {
+  require_declared_variant(caps(), variant);
+  return std::make_unique<CudnnImpl>(params, variant);
+}
+
+std::unique_ptr<MetadataBuilder> CudnnBackend::make_builder(const BuilderContext& ctx) {
+  return std::make_unique<CudnnMetadataBuilder>(ctx);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,111 @@
+#include "attnkit/backends/cudnn/cudnn_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/backends/cudnn/cudnn_backend.h"
+#include "attnkit/backends/device_layer_io.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+}  // namespace
+
+std::int32_t cudnn_bucket(std::int32_t n, std::int32_t cap) {
+  std::int32_t b = 1;
+  while (b < n && b < cap) b *= 2;
+  return std::min(b, cap);
+}
+
+CudnnMetadataBuilder::CudnnMetadataBuilder(const BuilderContext& ctx) : context_(ctx), metadata_(CudnnBackend::caps()) {
+  ATTNKIT_REQUIRE(ctx.max_num_reqs > 0 && ctx.max_num_tokens > 0 && ctx.kernel_block_size > 0,
+                  "max_num_reqs/max_num_tokens/kernel_block_size",
+                  str(ctx.max_num_reqs) + "/" + str(ctx.max_num_tokens) + "/" + str(ctx.kernel_block_size), "> 0");
+  // The query offsets are int32 elements of the token-major query rows.
+  ATTNKIT_REQUIRE(static_cast<std::int64_t>(ctx.max_num_tokens) * ctx.num_q_heads * ctx.head_size < (std::int64_t{1} << 31),
+                  "max_num_tokens x num_q_heads x head_size",
+                  str(static_cast<std::int64_t>(ctx.max_num_tokens) * ctx.num_q_heads * ctx.head_size), "< 2^31",
+                  "cuDNN's ragged offsets are int32");
+  const auto reqs = sz(ctx.max_num_reqs);
+  WorkspaceLayout layout;
+  const std::size_t q = layout.add<std::int32_t>(reqs);
+  const std::size_t kv = layout.add<std::int32_t>(reqs);
+  const std::size_t ragged = layout.add<std::int32_t>(reqs + 1);
+  MemoryResource& device = builder_device_memory(ctx, "CUDNN builder");
+  workspace_ = Workspace(layout, device, ctx.mirror_memory ? *ctx.mirror_memory : pinned_host_memory());
+  seq_len_q_ = workspace_.region<std::int32_t>(q, reqs);
+  seq_len_kv_ = workspace_.region<std::int32_t>(kv, reqs);
+  ragged_ = workspace_.region<std::int32_t>(ragged, reqs + 1);
+  cudnn_workspace_ = DeviceArray<std::byte>(device, kCudnnWorkspaceBytes);
+  CudnnMetadata& m = metadata_;
+  m.page_size = ctx.kernel_block_size;
+  m.num_q_heads = ctx.num_q_heads;
+  m.head_size = ctx.head_size;
+  m.seq_len_q = seq_len_q_.device;
+  m.seq_len_kv = seq_len_kv_.device;
+  m.ragged_offsets = ragged_.device;
+  m.workspace = cudnn_workspace_.data();
+  m.workspace_bytes = cudnn_workspace_.capacity();
+}
+
+// ---- per step (hot path) ------------------------------------------------------------------------
+
+const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_len, const CommonAttentionMetadata& c) {
+  (void)common_prefix_len;  // no cascade path
+  const std::int32_t n = c.num_reqs;
+  ATTNKIT_REQUIRE(c.cpu_lengths_exact, "cpu_lengths_exact", "false", "true",
+                  "the CUDNN builder computes query lengths and offsets from CPU lengths (G6)");
+  ATTNKIT_REQUIRE(n >= 0 && n <= context_.max_num_reqs && c.num_actual_tokens <= context_.max_num_tokens,
+                  "step", str(n) + " requests / " + str(c.num_actual_tokens) + " tokens",
+                  "<= " + str(context_.max_num_reqs) + " / " + str(context_.max_num_tokens));
+  ATTNKIT_REQUIRE(c.kernel_block_size == context_.kernel_block_size, "kernel_block_size", str(c.kernel_block_size),
+                  str(context_.kernel_block_size), "the builder was made for this page size");
+  ATTNKIT_REQUIRE(c.query_start_loc_cpu.size() >= sz(n) + 1 && c.seq_lens_cpu.size() >= sz(n), "common metadata",
+                  str(n) + " requests", "host lengths for every request");
+  CudnnMetadata& m = metadata_;
+  m.num_reqs = n;
+  m.num_actual_tokens = c.num_actual_tokens;
+  m.max_query_len = c.max_query_len;
+  // Rows past the step's requests are in the runner's block table (it holds max_num_reqs rows)
+  // and have no queries and no keys: cuDNN reads none of their pages.
+  // A decode-only step: exactly its requests, one dense row each (a graph per batch size, built at
+  // its first step). Otherwise the bucket's batch, ragged rows.
+  m.ragged = c.max_query_len > 1 || n == 0;
+  m.bucket_batch = m.ragged ? cudnn_bucket(std::max(n, 1), context_.max_num_reqs) : n;
+  m.bucket_query_len = m.ragged ? cudnn_bucket(std::max(c.max_query_len, 1), context_.max_num_tokens) : 1;
+  const std::int64_t row = static_cast<std::int64_t>(context_.num_q_heads) * context_.head_size;
+  for (std::int32_t i = 0; i < m.bucket_batch; ++i) {
+    const bool live = i < n;
+    const std::int32_t q = live ? c.query_start_loc_cpu[sz(i) + 1] - c.query_start_loc_cpu[sz(i)] : 0;
+    const std::int32_t l = live ? c.seq_lens_cpu[sz(i)] : 0;
+    ATTNKIT_REQUIRE(l >= q && (static_cast<std::int64_t>(l) + c.kernel_block_size - 1) / c.kernel_block_size <=
+                                  c.block_table.row_stride,
+                    "seq_lens_cpu[" + str(i) + "]", str(l),
+                    ">= its query length and within the block table row (" + str(c.block_table.row_stride) + " pages)");
+    seq_len_q_.host[i] = q;
+    seq_len_kv_.host[i] = l;
+    ragged_.host[i] = static_cast<std::int32_t>(c.query_start_loc_cpu[sz(live ? i : n)] * row);
+  }
+  ragged_.host[m.bucket_batch] = static_cast<std::int32_t>(c.num_actual_tokens * row);
+  m.page_table = c.block_table.data.data();
+  m.page_table_stride = c.block_table.row_stride;
+  upload_bytes_ = ragged_.end_bytes(sz(m.bucket_batch) + 1);
+  m.seq_len_q_host = seq_len_q_.host_span(sz(m.bucket_batch));
+  m.seq_len_kv_host = seq_len_kv_.host_span(sz(m.bucket_batch));
+  m.ragged_offsets_host = ragged_.host_span(sz(m.bucket_batch) + 1);
+  return m;
+}
+
+void CudnnMetadataBuilder::enqueue(Stream stream) { workspace_.upload(upload_bytes_, stream); }
+
+void CudnnMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {
+  out.push_back({"cudnn.plan", workspace_.device_address(), workspace_.bytes()});
+  out.push_back({"cudnn.workspace", cudnn_workspace_.data(), cudnn_workspace_.capacity()});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,80 @@
+#include "attnkit/backends/cudnn/cudnn_impl.h"
+
+#include <string>
+
+#include "attnkit/backends/cudnn/cudnn_backend.h"
+#include "attnkit/backends/cudnn/cudnn_metadata.h"
+#include "attnkit/backends/device_layer_io.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+std::string str(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+CudnnImpl::CudnnImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
+  check_layer_params(CudnnBackend::caps(), params, PlatformKind::kCuda);
+}
+
+void CudnnImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
+                        const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
+                        const TensorView& lse, Stream stream) {
+  (void)key;  // K7: the shared KV update op already wrote this step's keys and values
+  (void)value;
+  const auto& md = metadata_cast<CudnnMetadata>(metadata, CudnnBackend::caps());
+  const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
+  ATTNKIT_REQUIRE(md.num_q_heads == heads && md.head_size == d, "cudnn plan heads",
+                  str(md.num_q_heads) + " x " + str(md.head_size), str(heads) + " x " + str(d),
+                  "the query offsets are planned for the group's layer shape");
+  ATTNKIT_REQUIRE(lse.empty(), "lse", "requested", "empty", "the CUDNN backend does not return the LSE");
+  const std::int64_t rows = md.num_actual_tokens;
+  check_device_tokens(query, "query", rows, heads, d, params_.dtype);
+  check_device_tokens(output, "output", rows, heads, d, params_.dtype);
+  constexpr const char* kDense = "cuDNN reads and writes dense token-major rows at ragged offsets";
+  check_dense_rows(query, "query", heads, d, kDense);
+  check_dense_rows(output, "output", heads, d, kDense);
+  check_device_kv_cache(kv_cache, params_, md.page_size);
+  check_kv_cache_alignment(kv_cache);
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
+
+  CudnnSdpaKey k;
+  k.dtype = params_.dtype;
+  k.batch = md.bucket_batch;
+  k.max_query_len = md.bucket_query_len;
+  k.num_q_heads = heads;
+  k.num_kv_heads = params_.num_kv_heads;
+  k.head_size = d;
+  k.num_blocks = kv_cache.num_blocks;
+  k.page_size = md.page_size;
+  k.table_width = md.page_table_stride;
+  k.q_stride_token = heads * d;
+  k.q_stride_head = d;
+  k.kv_stride_block = kv_cache.stride_block;
+  k.kv_stride_token = kv_cache.stride_token;
+  k.kv_stride_head = kv_cache.stride_head;
+  k.scale = params_.softmax_scale();
+  k.causal = true;
+  k.ragged = md.ragged;
+  if (last_graph_ == nullptr || !(k == last_key_)) {
+    last_graph_ = &cudnn_sdpa_graph_for(k);
+    last_key_ = k;
+  }
+  ATTNKIT_REQUIRE(static_cast<std::size_t>(last_graph_->workspace_bytes()) <= md.workspace_bytes, "cuDNN workspace",
+                  str(last_graph_->workspace_bytes()) + " bytes", "<= " + str(static_cast<std::int64_t>(md.workspace_bytes)),
+                  "the builder preallocates it");
+  if (rows == 0) return;
+  CudnnSdpaPointers p;
+  p.q = query.data;
+  p.o = output.data;
+  p.k = kv_cache.data;
+  p.v = static_cast<const char*>(kv_cache.data) + kv_cache.v_offset * kv_bytes;
+  p.seq_len_q = md.seq_len_q;
+  p.seq_len_kv = md.seq_len_kv;
+  p.page_table = md.page_table;
+  p.ragged_offsets = md.ragged_offsets;
+  const std::string failed = last_graph_->execute(p, md.workspace, stream.handle);
+  ATTNKIT_REQUIRE(failed.empty(), "kernel cudnn_sdpa", failed, "success", "for " + k.describe());
+}
+
+}  // namespace attnkit

@@ -1,0 +1,59 @@
+// The FLASHINFER builder (B2 with FlashInfer's own scheduler): per step, on the host, the
+// decode-first split and the CSR page table (metadata/csr_page_table.h, shared with CSR_PLAN) into
+// its pinned mirror, then FlashInfer's PrefillPlan once for each sub-batch, writing its int plan
+// into the same mirror; enqueue() moves the used bytes to the fixed-address device workspace on the
+// caller's stream. Every layer of the group then runs from this one plan.
+//
+// FlashInfer's plan copies its pinned buffer to the device itself, on a stream it is given. The
+// builder gives it a device sink and a stream of its own for that copy, and uploads the plan
+// itself in enqueue(): so the plan follows the build/enqueue split of every builder, and the
+// mirror is rewritten only after the runner's wait for the previous step's copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/backends/backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_metadata.h"
+#include "attnkit/platform/memory.h"
+#include "attnkit/platform/workspace.h"
+
+namespace attnkit {
+
+class FlashInferMetadataBuilder final : public MetadataBuilder {
+ public:
+  // Start-up: sizes the workspaces for ctx.max_num_reqs / max_num_tokens / max_blocks_per_req and
+  // the device's SM count (FlashInfer's split bound), allocates them and the copy stream.
+  explicit FlashInferMetadataBuilder(const BuilderContext& ctx);
+  ~FlashInferMetadataBuilder() override;
+  FlashInferMetadataBuilder(const FlashInferMetadataBuilder&) = delete;
+  FlashInferMetadataBuilder& operator=(const FlashInferMetadataBuilder&) = delete;
+
+  // Per step (hot path), host part: O(requests + pages) CSR construction into the pinned mirror
+  // plus FlashInfer's PrefillPlan per sub-batch (its scheduler allocates small host vectors; that
+  // is FlashInfer's code, measured in the host time). Reads no device memory, never synchronizes.
+  const AttentionMetadata& build(std::int32_t common_prefix_len, const CommonAttentionMetadata& common) override;
+  // Per step (hot path), device part: three asynchronous copies (CSR arrays, each plan's ints).
+  void enqueue(Stream stream) override;
+  void graph_buffers(std::vector<GraphBuffer>& out) const override;
+
+ private:
+  void plan_sub_batch(const CsrSubBatch& batch, const WorkspaceRegion<std::int32_t>& qo,
+                      const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out);
+
+  BuilderContext context_;
+  std::int32_t max_blocks_per_req_ = 0;
+  std::int32_t window_left_ = -1;
+  std::size_t int_bytes_ = 0;
+  Workspace workspace_;
+  WorkspaceRegion<std::int32_t> indptr_, last_page_len_, seq_lens_, decode_qo_, prefill_qo_, indices_;
+  WorkspaceRegion<std::byte> decode_ints_, prefill_ints_;
+  DeviceArray<std::byte> float_buffer_;
+  DeviceArray<std::byte> copy_sink_;
+  void* copy_stream_ = nullptr;
+  std::size_t csr_upload_bytes_ = 0;
+  FlashInferMetadata metadata_;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,90 @@
+#include "attnkit/backends/flashinfer/flashinfer_impl.h"
+
+#include <string>
+
+#include "attnkit/backends/device_layer_io.h"
+#include "attnkit/backends/flashinfer/flashinfer_backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_metadata.h"
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+namespace {
+std::string str(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
+  check_layer_params(FlashInferBackend::caps(), params, PlatformKind::kCuda);
+  ATTNKIT_REQUIRE(kernels::flashinfer_prefill_instantiated(params.dtype, params.head_size), "head_size/dtype",
+                  str(params.head_size) + "/" + std::string(to_string(params.dtype)),
+                  "an instantiated combination (see attnkit backends)");
+  kernels::FlashInferPrefillRun& r = run_;
+  r.dtype = params.dtype;
+  r.logits = params.soft_cap ? kernels::FlashInferLogits::kSlidingWindowSoftCap
+             : params.sliding_window ? kernels::FlashInferLogits::kSlidingWindow
+                                     : kernels::FlashInferLogits::kPlain;
+  r.num_q_heads = params.num_q_heads;
+  r.num_kv_heads = params.num_kv_heads;
+  r.head_size = params.head_size;
+  // Our window W counts the keys a row sees, itself included; FlashInfer's the keys before it.
+  r.window_left = params.sliding_window ? *params.sliding_window - 1 : -1;
+  r.soft_cap = params.soft_cap.value_or(0.0f);
+  r.sm_scale = params.softmax_scale();
+}
+
+void FlashInferImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
+                             const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
+                             const TensorView& lse, Stream stream) {
+  (void)key;  // K7: the shared KV update op already wrote this step's keys and values
+  (void)value;
+  const auto& md = metadata_cast<FlashInferMetadata>(metadata, FlashInferBackend::caps());
+  ATTNKIT_REQUIRE(md.num_q_heads == params_.num_q_heads && md.num_kv_heads == params_.num_kv_heads &&
+                      md.head_size == params_.head_size,
+                  "flashinfer plan heads", str(md.num_q_heads) + "/" + str(md.num_kv_heads) + " x " + str(md.head_size),
+                  str(params_.num_q_heads) + "/" + str(params_.num_kv_heads) + " x " + str(params_.head_size),
+                  "FlashInfer plans for its group's layer shape");
+  const std::int64_t rows = md.step.num_actual_tokens;
+  const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
+  check_device_tokens(query, "query", rows, heads, d, params_.dtype);
+  check_device_tokens(output, "output", rows, heads, d, params_.dtype);
+  check_aligned_rows(query, "query");
+  check_dense_rows(output, "output", heads, d, "FlashInfer writes dense rows");
+  check_device_lse(lse, rows, heads);
+  ATTNKIT_REQUIRE(lse.empty() || lse.stride[0] == heads, "lse stride", str(lse.empty() ? 0 : lse.stride[0]), str(heads),
+                  "FlashInfer writes dense LSE rows");
+  check_device_kv_cache(kv_cache, params_, md.page_size);
+  check_kv_cache_alignment(kv_cache);
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
+
+  kernels::FlashInferPrefillRun r = run_;
+  r.page_size = md.page_size;
+  r.q_stride_token = query.stride[0];
+  r.q_stride_head = query.stride[1];
+  r.k = kv_cache.data;
+  r.v = static_cast<const char*>(kv_cache.data) + kv_cache.v_offset * kv_bytes;
+  r.stride_page = kv_cache.stride_block;
+  r.stride_token = kv_cache.stride_token;
+  r.stride_head = kv_cache.stride_head;
+  r.kv_indices = md.kv_indices;
+  r.float_buffer = md.float_buffer;
+  const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
+  for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
+    if (sub->batch.num_reqs == 0) continue;
+    const std::int64_t first = sub->batch.first_token;
+    r.batch_size = sub->batch.num_reqs;
+    r.q = static_cast<const char*>(query.data) + first * query.stride[0] * elem;
+    r.o = static_cast<char*>(output.data) + first * output.stride[0] * elem;
+    r.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data) + first * heads;
+    r.qo_indptr = sub->qo_indptr;
+    r.kv_indptr = sub->kv_indptr;
+    r.kv_last_page_len = sub->kv_last_page_len;
+    r.int_buffer = sub->int_buffer;
+    kernels::check_launch(kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
+  }
+  if (!lse.empty()) {
+    kernels::check_launch(
+        kernels::flashinfer_lse_to_natural(static_cast<float*>(lse.data), rows, params_.num_q_heads, heads, stream.handle));
+  }
+}
+
+}  // namespace attnkit

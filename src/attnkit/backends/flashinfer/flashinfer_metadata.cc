@@ -1,0 +1,45 @@
+#include "attnkit/backends/flashinfer/flashinfer_metadata.h"
+
+#include "attnkit/backends/capabilities.h"
+
+namespace attnkit {
+
+namespace {
+void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubPlan& s,
+                    std::span<const std::int32_t> qo) {
+  v.begin_object(name);
+  v.scalar("first_request", s.batch.first_request);
+  v.scalar("num_reqs", s.batch.num_reqs);
+  v.scalar("first_token", s.batch.first_token);
+  v.scalar("num_tokens", s.batch.num_tokens);
+  v.scalar("max_query_len", s.batch.max_query_len);
+  v.scalar("max_seq_len", s.batch.max_seq_len);
+  v.array("qo_indptr", qo.first(qo.empty() ? 0 : static_cast<std::size_t>(s.batch.num_reqs) + 1));
+  v.begin_object("flashinfer_plan");
+  v.flag("planned", s.plan.planned);
+  v.scalar("cta_tile_q", s.plan.cta_tile_q);
+  v.scalar("padded_batch_size", s.plan.padded_batch_size);
+  v.flag("split_kv", s.plan.split_kv);
+  v.scalar("int_bytes", static_cast<std::int64_t>(s.plan.int_bytes_used));
+  v.end_object();
+  v.end_object();
+}
+}  // namespace
+
+void FlashInferMetadata::visit(FieldVisitor& v) const {
+  v.text("backend", owner().name);
+  v.scalar("num_reqs", step.num_reqs);
+  v.scalar("num_actual_tokens", step.num_actual_tokens);
+  v.scalar("num_decodes", step.decode.num_reqs);
+  v.scalar("num_decode_tokens", step.decode.num_tokens);
+  v.scalar("num_prefills", step.prefill.num_reqs);
+  v.scalar("num_prefill_tokens", step.prefill.num_tokens);
+  v.scalar("page_size", page_size);
+  v.array("paged_kv_indptr", indptr_host);
+  v.array("paged_kv_indices", indices_host);
+  v.array("paged_kv_last_page_len", last_page_len_host);
+  visit_sub_plan(v, "decode_plan", decode, decode_qo_host);
+  visit_sub_plan(v, "prefill_plan", prefill, prefill_qo_host);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,41 @@
+// The per-step plan of the FLASHINFER backend: the decode-first split, the CSR page table (B2) in
+// the builder's device workspace, and FlashInfer's own plan of each sub-batch (offsets into that
+// sub-batch's int workspace), all at addresses fixed at start-up.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "attnkit/backends/flashinfer/flashinfer_prefill.h"
+#include "attnkit/metadata/csr_page_table.h"
+#include "attnkit/metadata/metadata.h"
+
+namespace attnkit {
+
+// One FlashInfer plan and the device arrays its kernel reads.
+struct FlashInferSubPlan {
+  CsrSubBatch batch;
+  kernels::FlashInferPrefillPlan plan;
+  std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
+  std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr
+  std::int32_t* kv_last_page_len = nullptr;  // device, the batch's slice
+  void* int_buffer = nullptr;                // device, FlashInfer's int workspace of this plan
+};
+
+struct FlashInferMetadata final : AttentionMetadata {
+  explicit FlashInferMetadata(const BackendCaps& owner) : AttentionMetadata(owner) {}
+
+  CsrStep step;
+  std::int32_t page_size = 0;
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0;  // the layer shape planned for
+  std::int32_t* kv_indices = nullptr;  // device, [step.num_pages]
+  void* float_buffer = nullptr;        // device, split-KV partials (shared by the sub-batches)
+  FlashInferSubPlan decode;            // requests [0, step.decode.num_reqs)
+  FlashInferSubPlan prefill;           // the rest
+  // The pinned mirrors the device arrays were uploaded from: what visit() prints (no device read).
+  std::span<const std::int32_t> indptr_host, indices_host, last_page_len_host, decode_qo_host, prefill_qo_host;
+
+  void visit(FieldVisitor& visitor) const override;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,112 @@
+// The kernel layer of the FLASHINFER backend's prefill path: FlashInfer's own FA2-template paged
+// prefill (BatchPrefillWithPagedKVCacheDispatched) and its host plan (PrefillPlan), from the pinned
+// flashinfer-python wheel, behind a framework-free interface. The backend runs both sub-batches
+// of a step through it: the decodes (one query row per request, FlashInfer's "tensor-core decode"),
+// and the prefills/extends.
+//
+// Instantiated (flashinfer_prefill_<dtype>_d<head>.cu, listed by flashinfer_prefill_instantiated):
+// float16 and bfloat16 queries, KV and output; head size 128, and 64 and 256 in a build with
+// ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake option of that name); causal masking aligned
+// to the bottom right (a query row sees the context and the rows before it); three attention
+// variants: plain, sliding window, sliding window with soft-cap (the window off at run time is
+// window_left = -1); int32 CSR page tables; any page size; K and V at any strides with the head
+// dim contiguous.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "attnkit/core/dtype.h"
+#include "attnkit/kernels/common/launch_status.h"
+
+namespace attnkit::kernels {
+
+// The instantiated head sizes, ascending (the build's ATTNKIT_FLASHINFER_ALL_HEAD_SIZES decides).
+std::span<const int> flashinfer_prefill_head_sizes();
+
+enum class FlashInferLogits : std::uint8_t { kPlain, kSlidingWindow, kSlidingWindowSoftCap };
+
+// What one plan is for: a contiguous run of requests with 0-based query offsets.
+struct FlashInferPrefillBatch {
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0, page_size = 0;
+  std::int32_t batch_size = 0;
+  std::int32_t total_rows = 0;                  // qo_indptr_host[batch_size]
+  const std::int32_t* qo_indptr_host = nullptr;  // [batch_size + 1], from 0
+  const std::int32_t* kv_indptr_host = nullptr;  // [batch_size + 1], page offsets (need not start at 0)
+  std::int32_t window_left = -1;                 // keys a row sees before its own position; -1 = all
+  std::uint32_t kv_element_bytes = 2;
+};
+
+// FlashInfer's plan output: offsets into the int and float workspaces, kept between plan and run.
+struct FlashInferPrefillPlan {
+  bool planned = false;
+  std::int64_t padded_batch_size = 0, total_num_rows = 0, total_num_rows_offset = 0, cta_tile_q = 0;
+  std::int64_t request_indices_offset = 0, qo_tile_indices_offset = 0, kv_tile_indices_offset = 0;
+  std::int64_t merge_indptr_offset = 0, o_indptr_offset = 0, kv_chunk_size_ptr_offset = 0;
+  std::int64_t v_offset = 0, s_offset = 0, block_valid_mask_offset = 0;
+  bool cuda_graph = false, split_kv = false;
+  std::size_t int_bytes_used = 0;    // what must reach the device int buffer
+  std::size_t float_bytes_used = 0;  // split-KV partials
+};
+
+// The plan writes the int plan into `int_pinned` (host) and then, FlashInfer's way, copies it
+// asynchronously to `int_copy_target` on `copy_stream`. The backend points that copy at a device
+// sink on its own stream and moves the plan itself on the caller's stream (see the builder).
+struct FlashInferPlanBuffers {
+  void* float_buffer = nullptr;
+  std::size_t float_bytes = 0;
+  void* int_copy_target = nullptr;
+  void* int_pinned = nullptr;
+  std::size_t int_bytes = 0;
+  void* copy_stream = nullptr;
+};
+
+// Per step, host: FlashInfer's PrefillPlan. No device synchronization; allocates small host
+// vectors inside FlashInfer (its scheduler), which the backend's host time includes.
+LaunchStatus flashinfer_prefill_plan(const FlashInferPrefillBatch& batch, const FlashInferPlanBuffers& buffers,
+                                     bool cuda_graph, FlashInferPrefillPlan* plan);
+
+// Per layer: the kernel over one planned sub-batch (plus FlashInfer's merge when split).
+struct FlashInferPrefillRun {
+  DType dtype = DType::kBFloat16;
+  FlashInferLogits logits = FlashInferLogits::kPlain;
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0, page_size = 0, batch_size = 0;
+  const void* q = nullptr;  // the sub-batch's first row
+  std::int64_t q_stride_token = 0, q_stride_head = 0;
+  void* o = nullptr;    // the sub-batch's first row, dense [rows, num_q_heads, head_size]
+  float* lse = nullptr;  // dense [rows, num_q_heads], base-2 logarithms; may be null
+  const void* k = nullptr;
+  const void* v = nullptr;
+  std::int64_t stride_page = 0, stride_token = 0, stride_head = 0;  // elements, same for K and V
+  std::int32_t* qo_indptr = nullptr;  // device copies of the plan's inputs
+  std::int32_t* kv_indptr = nullptr;
+  std::int32_t* kv_indices = nullptr;
+  std::int32_t* kv_last_page_len = nullptr;
+  void* int_buffer = nullptr;  // device: the plan's int workspace
+  void* float_buffer = nullptr;
+  std::int32_t window_left = -1;
+  float soft_cap = 0.0f;
+  float sm_scale = 1.0f;
+};
+LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& run, const FlashInferPrefillPlan& plan, void* stream);
+
+bool flashinfer_prefill_instantiated(DType dtype, int head_size);
+
+// lse[r * stride + h] *= ln 2 for r < rows, h < heads: FlashInfer's base-2 LSE in natural units.
+LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32_t heads, std::int64_t stride,
+                                       void* stream);
+
+// Start-up: the device's SM count (FlashInfer's split rule reads it too), and a stream of the
+// builder's own for the copy FlashInfer's plan insists on making (FlashInferPlanBuffers).
+std::int32_t flashinfer_device_sms();
+void* flashinfer_create_copy_stream();
+void flashinfer_destroy_copy_stream(void* stream);
+
+// The upper bounds the builder sizes its workspaces from (start-up).
+std::size_t flashinfer_prefill_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t group_size,
+                                               std::int32_t num_sms);
+std::size_t flashinfer_prefill_float_bytes_bound(std::int32_t num_q_heads, std::int32_t num_kv_heads,
+                                                 std::int32_t head_size, std::int32_t num_sms);
+
+}  // namespace attnkit::kernels

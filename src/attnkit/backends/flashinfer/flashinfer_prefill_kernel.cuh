@@ -1,0 +1,94 @@
+// The one instantiation body of FlashInfer's FA2-template paged prefill for the FLASHINFER
+// backend: flashinfer_prefill_<dtype>_d<head>.cu each instantiate run_flashinfer_prefill for one
+// element type and head size (its three logits variants and FlashInfer's four query-tile sizes),
+// so a head size costs one translation unit of build time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <exception>
+#include <string>
+
+#include <flashinfer/attention/default_prefill_params.cuh>
+#include <flashinfer/attention/prefill.cuh>
+#include <flashinfer/attention/variants.cuh>
+
+#include "attnkit/backends/flashinfer/flashinfer_prefill.h"
+
+namespace attnkit::kernels {
+
+inline constexpr const char* kFlashInferPrefillKernel = "flashinfer_batch_prefill_paged";
+
+// FlashInfer reports misuse by exception; the launcher turns it into a status with its text.
+const char* remember_flashinfer_error(const char* what);
+
+template <class Element, std::uint32_t kHeadDim, bool kWindow, bool kSoftCap>
+cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan,
+                                      cudaStream_t stream) {
+  using Params = flashinfer::BatchPrefillPagedParams<Element, Element, Element, std::int32_t>;
+  using Variant = flashinfer::DefaultAttention</*custom mask*/ false, kWindow, kSoftCap, /*alibi*/ false>;
+  const std::int64_t strides[3] = {r.stride_page, r.stride_token, r.stride_head};
+  flashinfer::paged_kv_t<Element, std::int32_t> paged_kv(
+      static_cast<std::uint32_t>(r.num_kv_heads), static_cast<std::uint32_t>(r.page_size), kHeadDim,
+      static_cast<std::uint32_t>(r.batch_size), flashinfer::QKVLayout::kNHD,
+      static_cast<Element*>(const_cast<void*>(r.k)), static_cast<Element*>(const_cast<void*>(r.v)), strides,
+      r.kv_indices, r.kv_indptr, r.kv_last_page_len);
+  Params p(static_cast<Element*>(const_cast<void*>(r.q)), paged_kv, /*custom mask*/ nullptr, r.qo_indptr,
+           /*mask indptr*/ nullptr, /*rope offsets*/ nullptr, static_cast<Element*>(r.o), r.lse,
+           /*alibi slopes*/ nullptr, static_cast<std::uint32_t>(r.num_q_heads),
+           static_cast<std::int32_t>(r.q_stride_token), static_cast<std::int32_t>(r.q_stride_head), r.window_left,
+           r.soft_cap, r.sm_scale, /*rope scale*/ 1.0f, /*rope theta*/ 1e4f);
+  auto* ints = static_cast<char*>(r.int_buffer);
+  auto* floats = static_cast<char*>(r.float_buffer);
+  const auto at = [ints](std::int64_t offset) { return reinterpret_cast<std::int32_t*>(ints + offset); };
+  p.request_indices = at(plan.request_indices_offset);
+  p.qo_tile_indices = at(plan.qo_tile_indices_offset);
+  p.kv_tile_indices = at(plan.kv_tile_indices_offset);
+  p.o_indptr = at(plan.o_indptr_offset);
+  p.kv_chunk_size_ptr = at(plan.kv_chunk_size_ptr_offset);
+  p.merge_indptr = plan.split_kv ? at(plan.merge_indptr_offset) : nullptr;
+  p.block_valid_mask = plan.cuda_graph ? reinterpret_cast<bool*>(ints + plan.block_valid_mask_offset) : nullptr;
+  p.total_num_rows =
+      plan.cuda_graph ? reinterpret_cast<std::uint32_t*>(ints + plan.total_num_rows_offset) : nullptr;
+  p.max_total_num_rows = static_cast<std::uint32_t>(plan.total_num_rows);
+  p.padded_batch_size = static_cast<std::uint32_t>(plan.padded_batch_size);
+  p.partition_kv = plan.split_kv;
+  Element* tmp_v = plan.split_kv ? reinterpret_cast<Element*>(floats + plan.v_offset) : nullptr;
+  float* tmp_s = plan.split_kv ? reinterpret_cast<float*>(floats + plan.s_offset) : nullptr;
+  cudaError_t status = cudaErrorInvalidValue;
+  DISPATCH_CTA_TILE_Q(plan.cta_tile_q, kCtaTileQ, {
+    status = flashinfer::BatchPrefillWithPagedKVCacheDispatched<
+        /*same KV strides*/ true, kCtaTileQ, kHeadDim, kHeadDim, flashinfer::PosEncodingMode::kNone,
+        /*fp16 QK reduction*/ false, flashinfer::MaskMode::kCausal, Variant, Params>(p, tmp_v, tmp_s,
+                                                                                    /*enable_pdl=*/false, stream);
+  });
+  return status;
+}
+
+template <class Element, std::uint32_t kHeadDim>
+LaunchStatus run_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan,
+                                    cudaStream_t stream) {
+  try {
+    cudaError_t status = cudaErrorInvalidValue;
+    switch (r.logits) {
+      case FlashInferLogits::kPlain:
+        status = launch_flashinfer_prefill<Element, kHeadDim, false, false>(r, plan, stream);
+        break;
+      case FlashInferLogits::kSlidingWindow:
+        status = launch_flashinfer_prefill<Element, kHeadDim, true, false>(r, plan, stream);
+        break;
+      case FlashInferLogits::kSlidingWindowSoftCap:
+        status = launch_flashinfer_prefill<Element, kHeadDim, true, true>(r, plan, stream);
+        break;
+    }
+    return {static_cast<int>(status), kFlashInferPrefillKernel};
+  } catch (const std::exception& e) {
+    return {static_cast<int>(cudaErrorInvalidValue), kFlashInferPrefillKernel, remember_flashinfer_error(e.what())};
+  }
+}
+
+#define ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(Element, kHeadDim)                               \
+  template LaunchStatus run_flashinfer_prefill<Element, kHeadDim>(const FlashInferPrefillRun&, \
+                                                                  const FlashInferPrefillPlan&, cudaStream_t);
+
+}  // namespace attnkit::kernels
