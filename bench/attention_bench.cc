@@ -483,13 +483,14 @@ struct Result {
 struct Options {
   std::vector<std::string> workloads;  // empty = all
   std::string backend = "VARLEN";
+  std::optional<attnkit::KVLayout> kv_layout;  // forced on the layer's KV spec; else negotiated
   int iters = 30;
   int warmup = 5;
   std::optional<std::string> out_dir;
   bool check = true;
 };
 
-attnkit::LayerSpec layer_spec(const Workload& w) {
+attnkit::LayerSpec layer_spec(const Workload& w, std::optional<attnkit::KVLayout> kv_layout) {
   attnkit::LayerSpec l;
   l.name = "layers.0.attn";
   l.params.num_q_heads = kQHeads;
@@ -503,6 +504,7 @@ attnkit::LayerSpec layer_spec(const Workload& w) {
   l.kv_spec.num_kv_heads = kKVHeads;
   l.kv_spec.head_size = kHeadSize;
   l.kv_spec.dtype = w.kv_dtype;
+  l.kv_spec.forced_layout = kv_layout;
   return l;
 }
 
@@ -640,7 +642,7 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
   res.kv_bytes = sh.kv_bytes;
   res.flops = sh.flops;
 
-  std::vector<attnkit::LayerSpec> layers = {layer_spec(w)};
+  std::vector<attnkit::LayerSpec> layers = {layer_spec(w, opt.kv_layout)};
   const attnkit::LayerSpec spec = layers.front();
   auto runner = std::make_unique<attnkit::ModelRunner>(
       std::move(layers),
@@ -1001,6 +1003,7 @@ std::string usage(const std::vector<Workload>& table) {
   return "usage: attnkit_attention_bench [--workloads all|NAME[,NAME...]] [--backend NAME] [--iters N] [--warmup N]\n"
          "                               [--out DIR] [--no-check]\n"
          "  --workloads  comma-separated workload names, or all (default)\n"
+         "  --kv-layout  force the KV cache layout (fused_hnd, split_nhd, split_hnd); default: negotiated\n"
          "  --backend    attention backend, chosen explicitly (default VARLEN; GPU_REFERENCE and, in a build with\n"
          "               FlashInfer, FLASHINFER also work)\n"
          "  --iters      timed iterations per workload, >= 1 (default 30)\n"
@@ -1065,6 +1068,14 @@ Options parse_flags(int argc, char** argv, const std::vector<Workload>& table, b
       if (!attnkit::find_backend(opt.backend)) {
         throw UsageError("--backend: unknown backend \"" + opt.backend + "\" (registered: " +
                          attnkit::default_registry().names() + ")");
+      }
+    } else if (arg == "--kv-layout") {
+      const std::string name = value();
+      opt.kv_layout = attnkit::parse_kv_layout(name);
+      if (!opt.kv_layout) {
+        throw UsageError("--kv-layout: unknown layout \"" + name + "\" (known: " +
+                         attnkit::describe_layouts({std::begin(attnkit::kAllKVLayouts), std::end(attnkit::kAllKVLayouts)}) +
+                         ")");
       }
     } else if (arg == "--iters") {
       opt.iters = parse_int(arg, value(), 1);
