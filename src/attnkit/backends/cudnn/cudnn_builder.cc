@@ -73,9 +73,9 @@ const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_
   m.max_query_len = c.max_query_len;
   // Rows past the step's requests are in the runner's block table (it holds max_num_reqs rows)
   // and have no queries and no keys: cuDNN reads none of their pages.
-  // A decode-only step: exactly its requests, one dense row each (a graph per batch size, built at
-  // its first step). Otherwise the bucket's batch, ragged rows.
-  m.ragged = c.max_query_len > 1 || n == 0;
+  // A decode-only step (every request exactly one query row): exactly its requests, one dense row
+  // each (a graph per batch size, built at its first step). Otherwise the bucket's batch, ragged.
+  m.ragged = !(n > 0 && c.max_query_len == 1 && c.num_actual_tokens == n);  // one row per request
   m.bucket_batch = m.ragged ? cudnn_bucket(std::max(n, 1), context_.max_num_reqs) : n;
   m.bucket_query_len = m.ragged ? cudnn_bucket(std::max(c.max_query_len, 1), context_.max_num_tokens) : 1;
   const std::int64_t row = static_cast<std::int64_t>(context_.num_q_heads) * context_.head_size;

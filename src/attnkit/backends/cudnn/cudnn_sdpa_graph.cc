@@ -76,7 +76,9 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
                      .set_paged_attention_k_table(table_k)
                      .set_paged_attention_v_table(table_v)
                      .set_paged_attention_max_seq_len_kv(static_cast<int>(w * k.page_size));
-  if (k.causal) options.set_causal_mask_bottom_right(true);
+  // One query row per request sees every key (it is the last position): a dense decode graph
+  // needs no causal mask, and without one cuDNN may choose among more engines.
+  if (k.causal && k.ragged) options.set_causal_mask_bottom_right(true);
   auto [o, stats] = g->sdpa(q, key_cache, value_cache, options);
   (void)stats;
   o->set_output(true).set_uid(kO).set_dim({b, h, s, d}).set_stride(row_strides);
