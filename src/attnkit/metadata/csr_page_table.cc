@@ -45,8 +45,6 @@ CsrStep plan_csr_step(const CommonAttentionMetadata& c, std::int32_t page_size, 
                   "num_reqs + 1 entries from 0 to num_actual_tokens");
   ATTNKIT_REQUIRE(c.seq_lens_cpu.size() >= sz(n), "seq_lens_cpu size", str(static_cast<std::int64_t>(c.seq_lens_cpu.size())),
                   ">= num_reqs");
-  ATTNKIT_REQUIRE(c.block_table_cpu.num_rows >= n && (n == 0 || c.block_table_cpu.data != nullptr), "block_table rows",
-                  str(c.block_table_cpu.num_rows), ">= num_reqs");
   ATTNKIT_REQUIRE(c.kernel_block_size == 0 || c.kernel_block_size == page_size, "kernel_block_size",
                   str(c.kernel_block_size), str(page_size), "the builder was made for this page size");
 

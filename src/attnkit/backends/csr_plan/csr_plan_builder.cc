@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
 #include "attnkit/core/error.h"
@@ -67,17 +68,10 @@ void CsrPlanMetadataBuilder::take_step(const CsrStep& step, bool causal) {
   m.num_prefills = step.prefill.num_reqs;
   m.num_prefill_tokens = step.prefill.num_tokens;
   m.page_size = page_size_;
-  const CsrSubBatch* from[2] = {&step.decode, &step.prefill};
-  CsrSubPlan* to[2] = {&m.decode, &m.prefill};
-  for (int k = 0; k < 2; ++k) {
-    to[k]->first_request = from[k]->first_request;
-    to[k]->num_reqs = from[k]->num_reqs;
-    to[k]->first_token = from[k]->first_token;
-    to[k]->num_tokens = from[k]->num_tokens;
-    to[k]->max_query_len = from[k]->max_query_len;
-    to[k]->max_seq_len = from[k]->max_seq_len;
-    to[k]->page_size = page_size_;
-    to[k]->causal = causal;
+  for (auto [to, from] : {std::pair{&m.decode, &step.decode}, std::pair{&m.prefill, &step.prefill}}) {
+    static_cast<CsrSubBatch&>(*to) = *from;
+    to->page_size = page_size_;
+    to->causal = causal;
   }
 }
 
@@ -165,8 +159,6 @@ const AttentionMetadata& CsrPlanMetadataBuilder::update_block_table(const Attent
     prefill_qo_.assign_host(plan.prefill.qo_indptr);
     point_metadata();
   }
-  ATTNKIT_REQUIRE(common.block_table_cpu.num_rows >= common.num_reqs, "block_table rows",
-                  std::to_string(common.block_table_cpu.num_rows), ">= num_reqs");
   fill_csr_indices(common, std::span<const std::int32_t>(indptr_host_.data(), sz(metadata_.num_reqs) + 1),
                    indices_.host_array());
   name_indices_and_slots(common);

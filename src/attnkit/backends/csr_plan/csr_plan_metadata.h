@@ -5,18 +5,14 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/metadata/csr_page_table.h"
 #include "attnkit/metadata/metadata.h"
 
 namespace attnkit {
 
 // What one run() reads: a contiguous range of requests and of query rows.
-struct CsrSubPlan {
-  std::int32_t first_request = 0;  // index of its first request in the batch
-  std::int32_t num_reqs = 0;
-  std::int32_t first_token = 0;  // its query rows are [first_token, first_token + num_tokens)
-  std::int32_t num_tokens = 0;
-  std::int32_t max_query_len = 0;
-  std::int32_t max_seq_len = 0;
+// The request range and its maxima are the shared split's (metadata/csr_page_table.h).
+struct CsrSubPlan : CsrSubBatch {
   std::int32_t page_size = 0;
   bool causal = true;
   std::span<const std::int32_t> qo_indptr;  // [num_reqs + 1], 0-based at first_token
