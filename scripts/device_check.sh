@@ -3,7 +3,8 @@
 # on the CPU machine into build-device/ (carry it): the GPU kernel tests, whole captured steps
 # through the runner, the GPU reference's conformance campaign (against the dense brute force and
 # the CPU reference), `attnkit replay` on random batches on the GPU, the demo, and
-# compute-sanitizer memcheck and racecheck on small mixed batches: the runner's captured steps,
+# compute-sanitizer memcheck and racecheck on small mixed batches: the runner's captured steps
+# (GPU_REFERENCE's, and every backend's at its declared CUDA-graph level),
 # VARLEN's split decodes with the merge, and the worked example's mixed batch through every CUDA
 # backend (`attnkit demo`, VARLEN first). Everything goes to one log,
 # $OUT/device_check.log (the device tool returns few files); the summary is printed last. Exits
@@ -49,14 +50,14 @@ run platform "$bin/test_platform"
 run kv_kernels "$bin/test_kv" --gtest_filter='KVUpdateKernel*:SlotMappingKernel*'
 run ref_kernel "$bin/test_backends" --gtest_filter='GpuReferenceKernel*'
 run varlen "$bin/test_backends" --gtest_filter='VarlenCuda*:VarlenPlan*'
-run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*'
+run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
 run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*:*FLASHINFER*:*CUDNN*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
 run demo "$bin/attnkit" demo
 run engine_loop "$bin/engine_loop"
 run backends "$bin/attnkit" backends
-run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
-run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*'
+run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
+run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 --kernel-name-exclude kns=cudnn_generated "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
 run varlen_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run varlen_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run demo_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/attnkit" demo

@@ -37,8 +37,10 @@ const BackendCaps& CudnnBackend::caps() {
     c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;
-    // A step's graph depends on its bucket; capturing it is not wired yet: eager only.
-    c.cudagraph_support = CudaGraphSupport::kNever;
+    // A capture shape's steps all run the cuDNN graph of its padded bucket (see the builder), so
+    // any step may be captured; the cuDNN graph itself is built at the first eager step of that
+    // shape (a capture before it is refused, see the impl).
+    c.cudagraph_support = CudaGraphSupport::kAlways;
     c.reorder_batch_threshold = std::nullopt;
     c.supports_update_block_table = false;
     return c;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "attnkit/backends/cudnn/cudnn_backend.h"
 #include "attnkit/backends/device_layer_io.h"
@@ -76,8 +77,17 @@ const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_
   // A decode-only step (every request exactly one query row): exactly its requests, one dense row
   // each (a graph per batch size, built at its first step). Otherwise the bucket's batch, ragged.
   m.ragged = !(n > 0 && c.max_query_len == 1 && c.num_actual_tokens == n);  // one row per request
-  m.bucket_batch = m.ragged ? cudnn_bucket(std::max(n, 1), context_.max_num_reqs) : n;
-  m.bucket_query_len = m.ragged ? cudnn_bucket(std::max(c.max_query_len, 1), context_.max_num_tokens) : 1;
+  // A capture shape buckets its padded counts, never the step's own: a replayed graph runs the
+  // cuDNN graph it captured, for any batch of that padded shape.
+  const std::vector<int>& sizes = context_.capture_sizes;
+  m.graph_shape = std::find(sizes.begin(), sizes.end(), c.num_tokens_padded) != sizes.end();
+  ATTNKIT_REQUIRE(!m.graph_shape || (c.num_reqs_padded >= n && c.num_reqs_padded <= context_.max_num_reqs),
+                  "num_reqs_padded", str(c.num_reqs_padded), "[" + str(n) + ", " + str(context_.max_num_reqs) + "]");
+  const std::int32_t reqs = m.graph_shape ? c.num_reqs_padded : n;
+  const std::int32_t longest = m.graph_shape ? c.num_tokens_padded : c.max_query_len;
+  m.bucket_batch = m.ragged ? cudnn_bucket(std::max(reqs, 1), context_.max_num_reqs) : reqs;
+  m.bucket_query_len = m.ragged ? cudnn_bucket(std::max(longest, 1), context_.max_num_tokens) : 1;
+  m.io_rows = m.ragged ? c.num_actual_tokens : m.bucket_batch;
   const std::int64_t row = static_cast<std::int64_t>(context_.num_q_heads) * context_.head_size;
   for (std::int32_t i = 0; i < m.bucket_batch; ++i) {
     const bool live = i < n;
@@ -101,6 +111,7 @@ const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_
   return m;
 }
 
+// Per step (hot path): one copy of the bucket's arrays (a size the padded shape fixes).
 void CudnnMetadataBuilder::enqueue(Stream stream) { workspace_.upload(upload_bytes_, stream); }
 
 void CudnnMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {

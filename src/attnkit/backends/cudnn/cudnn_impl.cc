@@ -6,6 +6,7 @@
 #include "attnkit/backends/cudnn/cudnn_metadata.h"
 #include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
+#include "attnkit/platform/stream.h"
 
 namespace attnkit {
 
@@ -28,7 +29,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
                   str(md.num_q_heads) + " x " + str(md.head_size), str(heads) + " x " + str(d),
                   "the query offsets are planned for the group's layer shape");
   ATTNKIT_REQUIRE(lse.empty(), "lse", "requested", "empty", "the CUDNN backend does not return the LSE");
-  const std::int64_t rows = md.num_actual_tokens;
+  const std::int64_t rows = md.io_rows;
   check_device_tokens(query, "query", rows, heads, d, params_.dtype);
   check_device_tokens(output, "output", rows, heads, d, params_.dtype);
   constexpr const char* kDense = "cuDNN reads and writes dense token-major rows at ragged offsets";
@@ -37,6 +38,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   check_device_kv_cache(kv_cache, params_, md.page_size);
   check_kv_cache_alignment(kv_cache);
   const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
+  if (rows == 0) return;  // an empty step runs (and builds) no graph
 
   CudnnSdpaKey k;
   k.dtype = params_.dtype;
@@ -57,13 +59,19 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   k.causal = true;
   k.ragged = md.ragged;
   if (last_graph_ == nullptr || !(k == last_key_)) {
-    last_graph_ = &cudnn_sdpa_graph_for(k);
+    // Building a cuDNN graph compiles and loads kernels: never inside a capture.
+    if (is_capturing(stream)) {
+      last_graph_ = cudnn_sdpa_graph_if_built(k);
+      ATTNKIT_REQUIRE(last_graph_ != nullptr, "cuDNN SDPA graph", "not built yet", "a graph built before the capture",
+                      "run one eager step of this padded shape before capturing it (" + k.describe() + ")");
+    } else {
+      last_graph_ = &cudnn_sdpa_graph_for(k);
+    }
     last_key_ = k;
   }
   ATTNKIT_REQUIRE(static_cast<std::size_t>(last_graph_->workspace_bytes()) <= md.workspace_bytes, "cuDNN workspace",
                   str(last_graph_->workspace_bytes()) + " bytes", "<= " + str(static_cast<std::int64_t>(md.workspace_bytes)),
                   "the builder preallocates it");
-  if (rows == 0) return;
   CudnnSdpaPointers p;
   p.q = query.data;
   p.o = output.data;

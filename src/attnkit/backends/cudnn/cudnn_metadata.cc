@@ -13,6 +13,8 @@ void CudnnMetadata::visit(FieldVisitor& v) const {
   v.scalar("bucket_batch", bucket_batch);
   v.scalar("bucket_query_len", bucket_query_len);
   v.flag("ragged", ragged);
+  v.flag("graph_shape", graph_shape);
+  v.scalar("io_rows", io_rows);
   v.array("seq_len_q", seq_len_q_host);
   v.array("seq_len_kv", seq_len_kv_host);
   v.array("ragged_offsets", ragged_offsets_host);

@@ -25,6 +25,10 @@ struct CudnnMetadata final : AttentionMetadata {
   // Decode-only steps run a dense graph of exactly num_reqs requests (cuDNN's decode engines);
   // mixed steps a ragged one of the bucket's.
   bool ragged = true;
+  // A step of a capture shape: the bucket follows the padded shape alone (padded requests, padded
+  // tokens), so every step a CUDA graph replays runs the graph it captured (C1 kAlways).
+  bool graph_shape = false;
+  std::int32_t io_rows = 0;  // query and output rows the graph may touch (dense: bucket_batch)
   const std::int32_t* seq_len_q = nullptr;       // device [bucket_batch]
   const std::int32_t* seq_len_kv = nullptr;      // device [bucket_batch]
   const std::int32_t* ragged_offsets = nullptr;  // device [bucket_batch + 1], query elements

@@ -169,19 +169,36 @@ std::string CudnnSdpaGraph::execute(const CudnnSdpaPointers& p, void* workspace,
   return message_of(state_->graph->execute(handle, pointers, ragged_ ? kNumUids : kNumUids - 2, workspace));
 }
 
+namespace {
+struct GraphCache {
+  std::mutex mutex;
+  std::unordered_map<CudnnSdpaKey, std::unique_ptr<CudnnSdpaGraph>, CudnnSdpaKeyHash> graphs;
+};
+GraphCache& graph_cache() {
+  static GraphCache cache;
+  return cache;
+}
+}  // namespace
+
 const CudnnSdpaGraph& cudnn_sdpa_graph_for(const CudnnSdpaKey& key) {
-  static std::mutex mutex;
-  static std::unordered_map<CudnnSdpaKey, std::unique_ptr<CudnnSdpaGraph>, CudnnSdpaKeyHash> graphs;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = graphs.find(key);
-  if (it == graphs.end()) {
+  GraphCache& cache = graph_cache();
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.graphs.find(key);
+  if (it == cache.graphs.end()) {
     std::string reason;
     std::unique_ptr<CudnnSdpaGraph> graph = CudnnSdpaGraph::build(key, &reason);
     ATTNKIT_REQUIRE(graph != nullptr, "cuDNN SDPA graph", reason, "a graph cuDNN " + std::to_string(cudnnGetVersion()) +
                     " builds", "for " + key.describe());
-    it = graphs.emplace(key, std::move(graph)).first;
+    it = cache.graphs.emplace(key, std::move(graph)).first;
   }
   return *it->second;
+}
+
+const CudnnSdpaGraph* cudnn_sdpa_graph_if_built(const CudnnSdpaKey& key) {
+  GraphCache& cache = graph_cache();
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  const auto it = cache.graphs.find(key);
+  return it == cache.graphs.end() ? nullptr : it->second.get();
 }
 
 std::int64_t cudnn_runtime_version() { return static_cast<std::int64_t>(cudnnGetVersion()); }

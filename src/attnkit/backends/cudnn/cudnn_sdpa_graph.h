@@ -83,6 +83,8 @@ class CudnnSdpaGraph {
 // every later call. Throws attnkit::Error (field "cuDNN SDPA graph", cuDNN's reason) when cuDNN
 // refuses to build it.
 const CudnnSdpaGraph& cudnn_sdpa_graph_for(const CudnnSdpaKey& key);
+// The same lookup without building: nullptr when no step has built the key's graph yet.
+const CudnnSdpaGraph* cudnn_sdpa_graph_if_built(const CudnnSdpaKey& key);
 
 // The cuDNN library this build links (its runtime version, e.g. 91900) and the frontend version
 // of the headers it was compiled with.

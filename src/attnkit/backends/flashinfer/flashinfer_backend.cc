@@ -42,8 +42,9 @@ const BackendCaps& FlashInferBackend::caps() {
     c.combination_rules = {
         {"kv_cache_dtype + dtype", &kv_of_other_dtype, "the instantiated kernels read KV in the query dtype"}};
     c.forward_includes_kv_update = false;
-    // FlashInfer's plan for captured launches (enable_cuda_graph) is not wired yet: eager only.
-    c.cudagraph_support = CudaGraphSupport::kNever;
+    // Decode-only steps of a capture shape are planned in FlashInfer's CUDA-graph mode (see the
+    // builder); mixed steps run eagerly between the graph's pieces.
+    c.cudagraph_support = CudaGraphSupport::kUniformSingleTokenDecode;
     c.reorder_batch_threshold = kFlashInferDecodeThreshold;
     c.supports_update_block_table = false;
     return c;

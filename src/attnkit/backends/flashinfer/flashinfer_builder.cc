@@ -6,6 +6,7 @@
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
 #include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
+#include "attnkit/metadata/csr_page_table_kernel.h"
 
 namespace attnkit {
 
@@ -34,7 +35,13 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   if (ctx.kv_spec.kind == KVSpecKind::kSlidingWindow && ctx.kv_spec.sliding_window > 0) {
     window_left_ = ctx.kv_spec.sliding_window - 1;
   }
-  int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_tokens, ctx.num_q_heads / ctx.num_kv_heads, sms);
+  // Graph plans run over a capture shape's padded requests (one row each), up to max_num_reqs.
+  std::int32_t max_graph_batch = 0, max_rows = max_tokens;
+  for (const int size : ctx.capture_sizes) {
+    max_graph_batch = std::max(max_graph_batch, std::min(size, max_reqs));
+    max_rows = std::max(max_rows, size);
+  }
+  int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
 
   WorkspaceLayout layout;
   const std::size_t indptr = layout.add<std::int32_t>(sz(max_reqs) + 1);
@@ -56,7 +63,8 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   decode_ints_ = workspace_.region<std::byte>(decode_ints, int_bytes_);
   prefill_ints_ = workspace_.region<std::byte>(prefill_ints, int_bytes_);
   float_buffer_ = DeviceArray<std::byte>(
-      device, kernels::flashinfer_prefill_float_bytes_bound(ctx.num_q_heads, ctx.num_kv_heads, ctx.head_size, sms));
+      device, kernels::flashinfer_prefill_float_bytes_bound(ctx.num_q_heads, ctx.num_kv_heads, ctx.head_size, sms,
+                                                    max_graph_batch));
   copy_sink_ = DeviceArray<std::byte>(device, int_bytes_);
   copy_stream_ = kernels::flashinfer_create_copy_stream();
   ATTNKIT_REQUIRE(copy_stream_ != nullptr, "FLASHINFER copy stream", "not created", "a CUDA stream");
@@ -76,21 +84,41 @@ FlashInferMetadataBuilder::~FlashInferMetadataBuilder() { kernels::flashinfer_de
 
 // ---- per step (hot path) ------------------------------------------------------------------------
 
-void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, const WorkspaceRegion<std::int32_t>& qo,
+bool FlashInferMetadataBuilder::is_capture_size(std::int32_t num_tokens_padded) const {
+  const std::vector<int>& sizes = context_.capture_sizes;
+  return std::find(sizes.begin(), sizes.end(), num_tokens_padded) != sizes.end();
+}
+
+// Requests [num_reqs, num_reqs_padded) of a graph plan: one query row each (FlashInfer's uniform
+// plan needs every request to have it) and no pages, so they read no key and write only their own
+// padding rows of the output.
+void FlashInferMetadataBuilder::pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded) {
+  for (std::int32_t r = num_reqs; r < num_reqs_padded; ++r) {
+    indptr_.host[r + 1] = indptr_.host[num_reqs];
+    last_page_len_.host[r] = 0;
+    seq_lens_.host[r] = 0;
+    decode_qo_.host[r + 1] = r + 1;
+  }
+}
+
+void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
+                                               const WorkspaceRegion<std::int32_t>& qo,
                                                const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out) {
   out.batch = batch;
+  out.launch_reqs = launch_reqs;
   out.plan = {};
   out.qo_indptr = qo.device;
   out.kv_indptr = indptr_.device + batch.first_request;
   out.kv_last_page_len = last_page_len_.device + batch.first_request;
-  if (batch.num_reqs == 0) return;
+  if (launch_reqs == 0) return;
   kernels::FlashInferPrefillBatch b;
   b.num_q_heads = context_.num_q_heads;
   b.num_kv_heads = context_.num_kv_heads;
   b.head_size = context_.head_size;
   b.page_size = context_.kernel_block_size;
-  b.batch_size = batch.num_reqs;
-  b.total_rows = batch.num_tokens;
+  b.batch_size = launch_reqs;
+  b.total_rows = graph_plan ? launch_reqs : batch.num_tokens;
+  b.uniform_query_len = graph_plan ? 1 : 0;
   b.qo_indptr_host = qo.host;
   b.kv_indptr_host = indptr_.host + batch.first_request;
   b.window_left = window_left_;
@@ -102,7 +130,7 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, const W
   w.int_pinned = ints.host;
   w.int_bytes = int_bytes_;
   w.copy_stream = copy_stream_;
-  kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, /*cuda_graph=*/false, &out.plan));
+  kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
 }
 
 const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_prefix_len,
@@ -120,20 +148,47 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
   out.prefill_qo = prefill_qo_.host_span(prefill_qo_.capacity);
   FlashInferMetadata& m = metadata_;
   m.step = plan_csr_step(common, context_.kernel_block_size, kFlashInferDecodeThreshold, max_blocks_per_req_, out);
-  plan_sub_batch(m.step.decode, decode_qo_, decode_ints_, m.decode);
-  plan_sub_batch(m.step.prefill, prefill_qo_, prefill_ints_, m.prefill);
-  csr_upload_bytes_ = indices_.end_bytes(sz(m.step.num_pages));
-  const auto n = sz(m.step.num_reqs);
-  m.indptr_host = indptr_.host_span(n + 1);
+  const std::int32_t n = m.step.num_reqs;
+  const bool decode_only = n > 0 && m.step.prefill.num_reqs == 0 && m.step.decode.num_tokens == n;
+  m.graph_plan = decode_only && is_capture_size(common.num_tokens_padded);
+  std::int32_t decode_launch = m.step.decode.num_reqs;
+  if (m.graph_plan) {
+    decode_launch = common.num_reqs_padded;
+    ATTNKIT_REQUIRE(decode_launch >= n && decode_launch <= context_.max_num_reqs &&
+                        decode_launch <= common.num_tokens_padded && common.block_table.num_rows >= decode_launch,
+                    "num_reqs_padded", str(decode_launch),
+                    "[" + str(n) + ", min(" + str(context_.max_num_reqs) + ", " + str(common.num_tokens_padded) +
+                        ")] with a block-table row each",
+                    "a graph plan runs one query row per padded request");
+    pad_decode_requests(n, decode_launch);
+    device_block_table_ = common.block_table.data.data();
+    block_table_stride_ = common.block_table.row_stride;
+  }
+  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, decode_qo_, decode_ints_, m.decode);
+  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, prefill_qo_, prefill_ints_, m.prefill);
+  m.output_rows = m.graph_plan ? decode_launch : m.step.num_actual_tokens;
+  // A graph plan copies the small CSR arrays whole (a size fixed at start-up) and gathers its page
+  // indices on the device; an eager plan copies exactly the used bytes, indices included.
+  csr_upload_bytes_ = m.graph_plan ? indices_.end_bytes(0) : indices_.end_bytes(sz(m.step.num_pages));
+  m.indptr_host = indptr_.host_span(sz(n) + 1);
   m.indices_host = indices_.host_span(sz(m.step.num_pages));
-  m.last_page_len_host = last_page_len_.host_span(n);
-  m.decode_qo_host = decode_qo_.host_span(sz(m.step.decode.num_reqs) + 1);
+  m.last_page_len_host = last_page_len_.host_span(sz(n));
+  m.decode_qo_host = decode_qo_.host_span(sz(decode_launch) + 1);
   m.prefill_qo_host = prefill_qo_.host_span(sz(m.step.prefill.num_reqs) + 1);
   return m;
 }
 
 void FlashInferMetadataBuilder::enqueue(Stream stream) {
   workspace_.upload(csr_upload_bytes_, stream);
+  if (metadata_.graph_plan) {
+    kernels::GatherCsrIndicesParams p;
+    p.block_table = device_block_table_;
+    p.row_stride = block_table_stride_;
+    p.indptr = indptr_.device;
+    p.num_reqs = metadata_.decode.launch_reqs;
+    p.indices = indices_.device;
+    kernels::check_launch(kernels::launch_gather_csr_indices(p, stream.handle));
+  }
   workspace_.upload_range(decode_ints_.offset, metadata_.decode.plan.int_bytes_used, stream);
   workspace_.upload_range(prefill_ints_.offset, metadata_.prefill.plan.int_bytes_used, stream);
 }

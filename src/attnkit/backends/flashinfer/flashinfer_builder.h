@@ -8,6 +8,14 @@
 // builder gives it a device sink and a stream of its own for that copy, and uploads the plan
 // itself in enqueue(): so the plan follows the build/enqueue split of every builder, and the
 // mirror is rewritten only after the runner's wait for the previous step's copies.
+//
+// CUDA graphs (C1 kUniformSingleTokenDecode): a decode-only step whose padded token count is a
+// capture size is planned in FlashInfer's CUDA-graph mode over the padded requests, eager or
+// captured alike, so a graph captured at one such step replays any later one bit for bit like
+// eager execution. Its uploads have sizes fixed by the padded shape (the small CSR arrays and the
+// plan's ints), and its page indices are gathered on the device from the runner's block table
+// (metadata/csr_page_table_kernel.h) instead of copied from the mirror. Any other step is planned
+// for eager execution only: the runner reports kPiecewise for it.
 #pragma once
 
 #include <cstddef>
@@ -39,8 +47,11 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
-  void plan_sub_batch(const CsrSubBatch& batch, const WorkspaceRegion<std::int32_t>& qo,
-                      const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out);
+  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
+                      const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
+                      FlashInferSubPlan& out);
+  bool is_capture_size(std::int32_t num_tokens_padded) const;
+  void pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded);
 
   BuilderContext context_;
   std::int32_t max_blocks_per_req_ = 0;
@@ -53,6 +64,9 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   DeviceArray<std::byte> copy_sink_;
   void* copy_stream_ = nullptr;
   std::size_t csr_upload_bytes_ = 0;
+  // Graph plans: the runner's device block table the page indices are gathered from.
+  const std::int32_t* device_block_table_ = nullptr;
+  std::int32_t block_table_stride_ = 0;
   FlashInferMetadata metadata_;
 };
 

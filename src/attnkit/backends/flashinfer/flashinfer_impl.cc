@@ -43,7 +43,8 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
                   "flashinfer plan heads", str(md.num_q_heads) + "/" + str(md.num_kv_heads) + " x " + str(md.head_size),
                   str(params_.num_q_heads) + "/" + str(params_.num_kv_heads) + " x " + str(params_.head_size),
                   "FlashInfer plans for its group's layer shape");
-  const std::int64_t rows = md.step.num_actual_tokens;
+  // A graph plan also runs the padding requests' rows (a fixed count the graph bakes in).
+  const std::int64_t rows = md.output_rows;
   const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
   check_device_tokens(query, "query", rows, heads, d, params_.dtype);
   check_device_tokens(output, "output", rows, heads, d, params_.dtype);
@@ -69,9 +70,9 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
   r.float_buffer = md.float_buffer;
   const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
   for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
-    if (sub->batch.num_reqs == 0) continue;
+    if (sub->launch_reqs == 0) continue;
     const std::int64_t first = sub->batch.first_token;
-    r.batch_size = sub->batch.num_reqs;
+    r.batch_size = sub->launch_reqs;
     r.q = static_cast<const char*>(query.data) + first * query.stride[0] * elem;
     r.o = static_cast<char*>(output.data) + first * output.stride[0] * elem;
     r.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data) + first * heads;

@@ -10,16 +10,18 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.begin_object(name);
   v.scalar("first_request", s.batch.first_request);
   v.scalar("num_reqs", s.batch.num_reqs);
+  v.scalar("launch_reqs", s.launch_reqs);
   v.scalar("first_token", s.batch.first_token);
   v.scalar("num_tokens", s.batch.num_tokens);
   v.scalar("max_query_len", s.batch.max_query_len);
   v.scalar("max_seq_len", s.batch.max_seq_len);
-  v.array("qo_indptr", qo.first(qo.empty() ? 0 : static_cast<std::size_t>(s.batch.num_reqs) + 1));
+  v.array("qo_indptr", qo);
   v.begin_object("flashinfer_plan");
   v.flag("planned", s.plan.planned);
   v.scalar("cta_tile_q", s.plan.cta_tile_q);
   v.scalar("padded_batch_size", s.plan.padded_batch_size);
   v.flag("split_kv", s.plan.split_kv);
+  v.flag("cuda_graph", s.plan.cuda_graph);
   v.scalar("int_bytes", static_cast<std::int64_t>(s.plan.int_bytes_used));
   v.end_object();
   v.end_object();
@@ -34,6 +36,8 @@ void FlashInferMetadata::visit(FieldVisitor& v) const {
   v.scalar("num_decode_tokens", step.decode.num_tokens);
   v.scalar("num_prefills", step.prefill.num_reqs);
   v.scalar("num_prefill_tokens", step.prefill.num_tokens);
+  v.flag("graph_plan", graph_plan);
+  v.scalar("output_rows", output_rows);
   v.scalar("page_size", page_size);
   v.array("paged_kv_indptr", indptr_host);
   v.array("paged_kv_indices", indices_host);

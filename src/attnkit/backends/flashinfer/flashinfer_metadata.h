@@ -15,6 +15,9 @@ namespace attnkit {
 // One FlashInfer plan and the device arrays its kernel reads.
 struct FlashInferSubPlan {
   CsrSubBatch batch;
+  // The requests the kernel is launched over: batch.num_reqs, or in a CUDA-graph plan the step's
+  // padded request count (padding requests have one query row and no keys).
+  std::int32_t launch_reqs = 0;
   kernels::FlashInferPrefillPlan plan;
   std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
   std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr
@@ -26,6 +29,11 @@ struct FlashInferMetadata final : AttentionMetadata {
   explicit FlashInferMetadata(const BackendCaps& owner) : AttentionMetadata(owner) {}
 
   CsrStep step;
+  // A decode-only step of a capture shape: planned in FlashInfer's CUDA-graph mode over the padded
+  // requests, so a graph captured at one such step replays every later one (C1
+  // kUniformSingleTokenDecode). Its kernels write `output_rows` = the padded request count.
+  bool graph_plan = false;
+  std::int32_t output_rows = 0;  // query, output and LSE rows the kernels read and write
   std::int32_t page_size = 0;
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0;  // the layer shape planned for
   std::int32_t* kv_indices = nullptr;  // device, [step.num_pages]

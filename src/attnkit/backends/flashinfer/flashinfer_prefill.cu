@@ -51,7 +51,7 @@ LaunchStatus flashinfer_prefill_plan(const FlashInferPrefillBatch& b, const Flas
         static_cast<std::uint32_t>(b.num_q_heads), static_cast<std::uint32_t>(b.num_kv_heads),
         static_cast<std::uint32_t>(b.head_size), static_cast<std::uint32_t>(b.head_size),
         static_cast<std::uint32_t>(b.page_size), cuda_graph, /*sizeof_dtype_o=*/2, b.window_left,
-        /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/0,
+        /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/b.uniform_query_len,
         static_cast<cudaStream_t>(w.copy_stream), b.kv_element_bytes);
     if (status != cudaSuccess) return {static_cast<int>(status), kPlanName};
     plan->planned = true;
@@ -153,11 +153,22 @@ std::size_t flashinfer_prefill_int_bytes_bound(std::int32_t max_reqs, std::int32
 }
 
 std::size_t flashinfer_prefill_float_bytes_bound(std::int32_t num_q_heads, std::int32_t num_kv_heads,
-                                                 std::int32_t head_size, std::int32_t num_sms) {
-  // Split-KV partials: at most 2 * SMs / KV heads work items of up to 128 packed rows each.
-  const std::size_t items = std::max<std::size_t>(1, 2 * static_cast<std::size_t>(num_sms) / num_kv_heads);
+                                                 std::int32_t head_size, std::int32_t num_sms,
+                                                 std::int32_t max_graph_batch) {
+  // Split-KV partials, as FlashInfer's plan reserves them: num_q_heads x (head_size + 1) floats
+  // per partial row, ceil(padded_batch_size x cta_tile_q / group) rows. Eager plans: at most
+  // 2 * SMs / KV heads work items of up to 128 packed rows each.
   const std::size_t group = static_cast<std::size_t>(num_q_heads / num_kv_heads);
-  const std::size_t rows = (items * 128 + group - 1) / group;
+  const std::size_t split_items = std::max<std::size_t>(1, 2 * static_cast<std::size_t>(num_sms) / num_kv_heads);
+  std::size_t rows = (split_items * 128 + group - 1) / group;
+  if (max_graph_batch > 0) {
+    // CUDA-graph plans of one-row requests: cta_tile_q for a packed length of `group`, and at
+    // least one work item per request (FlashInfer pads the grid to max(split items, tiles)).
+    const std::size_t cta = flashinfer::FA2DetermineCtaTileQ(static_cast<std::int64_t>(group),
+                                                             static_cast<std::uint32_t>(head_size));
+    const std::size_t tiles = static_cast<std::size_t>(max_graph_batch) * ((group + cta - 1) / cta);
+    rows = std::max(rows, (std::max(split_items, tiles) * cta + group - 1) / group);
+  }
   return static_cast<std::size_t>(num_q_heads) * rows * (static_cast<std::size_t>(head_size) + 1) * 4 + 4096;
 }
 

@@ -36,6 +36,10 @@ struct FlashInferPrefillBatch {
   const std::int32_t* kv_indptr_host = nullptr;  // [batch_size + 1], page offsets (need not start at 0)
   std::int32_t window_left = -1;                 // keys a row sees before its own position; -1 = all
   std::uint32_t kv_element_bytes = 2;
+  // CUDA-graph plans (flashinfer_prefill_plan's cuda_graph): > 0 promises that every request of
+  // every plan replayed through the graph has exactly this many query rows (decode-only steps: 1),
+  // so FlashInfer sizes its tiles for it rather than for the ragged worst case.
+  std::int32_t uniform_query_len = 0;
 };
 
 // FlashInfer's plan output: offsets into the int and float workspaces, kept between plan and run.
@@ -63,7 +67,11 @@ struct FlashInferPlanBuffers {
 };
 
 // Per step, host: FlashInfer's PrefillPlan. No device synchronization; allocates small host
-// vectors inside FlashInfer (its scheduler), which the backend's host time includes.
+// vectors inside FlashInfer (its scheduler), which the backend's host time includes. With
+// `cuda_graph`, FlashInfer's CUDA-graph mode: the launch (grid, tile size, split, workspace
+// offsets) depends only on batch_size, total_rows and uniform_query_len, so a graph captured with
+// one plan replays any later plan of the same three values; the lengths and work lists are read
+// from the device.
 LaunchStatus flashinfer_prefill_plan(const FlashInferPrefillBatch& batch, const FlashInferPlanBuffers& buffers,
                                      bool cuda_graph, FlashInferPrefillPlan* plan);
 
@@ -106,7 +114,9 @@ void flashinfer_destroy_copy_stream(void* stream);
 // The upper bounds the builder sizes its workspaces from (start-up).
 std::size_t flashinfer_prefill_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t group_size,
                                                std::int32_t num_sms);
+// `max_graph_batch`: the most requests a CUDA-graph plan (one query row each) is made for; 0 = none.
 std::size_t flashinfer_prefill_float_bytes_bound(std::int32_t num_q_heads, std::int32_t num_kv_heads,
-                                                 std::int32_t head_size, std::int32_t num_sms);
+                                                 std::int32_t head_size, std::int32_t num_sms,
+                                                 std::int32_t max_graph_batch);
 
 }  // namespace attnkit::kernels
