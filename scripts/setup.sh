@@ -3,7 +3,9 @@
 # CMake >= 3.25.2 (C++20 CUDA sources) when the system one is older: PyPI's `cmake` package at a
 # pinned version, into .tools/cmake of this repository (git ignores it). scripts/cmake_path.sh
 # tells the other scripts which cmake to use. Where nvcc exists, the pinned kernel libraries of the
-# FLASHINFER and CUDNN backends (scripts/kernel_libraries.txt) into .tools/kernel-libs.
+# FLASHINFER and CUDNN backends (scripts/kernel_libraries.txt) into .tools/kernel-libs. The Python
+# binding's pinned nanobind, pytest and NumPy (scripts/python_tools.txt) into .tools/nanobind and
+# .tools/python-test (ATTNKIT_WITH_PYTHON=OFF skips them).
 # Idempotent: on a machine that has everything it changes nothing and needs no network.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,6 +37,9 @@ fi
 
 # --- the kernel libraries of the FLASHINFER and CUDNN backends (PyPI wheels, pinned) -------------
 scripts/install_kernel_libraries.sh
+
+# --- the Python binding's build and test tools (PyPI wheels, pinned) -----------------------------
+scripts/install_python_tools.sh
 
 # --- CMake ---------------------------------------------------------------------------------------
 if attnkit_cmake_bin >/dev/null; then

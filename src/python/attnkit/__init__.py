@@ -1,0 +1,133 @@
+"""attnkit: the attention-backend layer of an LLM serving engine, from Python.
+
+A thin package over the C++ library (the extension module ``attnkit._attnkit``):
+
+* :class:`LayerSpec` and :class:`RunnerConfig` describe the layers and the run (dicts with the same
+  keys work everywhere a spec or config is taken);
+* :class:`ModelRunner` selects a backend per layer, owns the paged KV cache and runs each step:
+  ``order_requests`` -> ``prepare_step`` -> ``with runner.forward(): runner.attention(...)``;
+* :func:`backends`, :func:`select` and :func:`priority_list` answer selection questions without a
+  runner; :func:`replay` replays a batch record as ``attnkit replay`` does;
+* every error of the library is an :class:`Error` (a ``ValueError``) with ``field``, ``value`` and
+  ``allowed``; :class:`SelectionError` adds ``candidates``, :class:`InvariantError` ``violations``.
+
+Tensors cross by DLPack without copies: NumPy arrays on the CPU platform, torch or CuPy CUDA tensors
+on the CUDA platform (bfloat16 through torch: NumPy has no bfloat16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ._attnkit import (  # noqa: F401  (re-exported)
+    Error,
+    ForwardScope,
+    InvariantError,
+    ModelRunner,
+    Selection,
+    SelectionError,
+    backends,
+    built_with_cuda,
+    kv_blocks_for_memory_budget,
+    priority_list,
+    probe_gpu,
+    replay,
+    select,
+)
+
+__all__ = [
+    "Error",
+    "ForwardScope",
+    "InvariantError",
+    "LayerSpec",
+    "ModelRunner",
+    "RunnerConfig",
+    "Selection",
+    "SelectionError",
+    "backends",
+    "built_with_cuda",
+    "cuda_available",
+    "kv_blocks_for_memory_budget",
+    "priority_list",
+    "probe_gpu",
+    "replay",
+    "select",
+]
+
+
+@dataclass
+class LayerSpec:
+    """One attention layer: its parameters (what the impl holds, B5) and what it keeps in the KV cache (K1).
+
+    name: unique layer name. num_q_heads, num_kv_heads, head_size: the layer's shape (query head h reads
+    KV head h // (num_q_heads // num_kv_heads)). dtype: activations ("float32", "float16", "bfloat16").
+    kv_cache_dtype: the cache's dtype (None or "auto": the activation dtype; "fp8_e4m3"/"fp8_e5m2" for fp8).
+    block_size: the block manager's block size in tokens. sliding_window: W (a query sees W keys, itself
+    included) or None; a windowed layer gets a sliding-window KV spec. soft_cap, scale (None: 1/sqrt(head_size)),
+    sinks and alibi_slopes (None or one value per query head): optional features. attn_type: "decoder",
+    "encoder", "encoder_only" or "cross". kind: None (full_attention, or sliding_window with a window),
+    or "recurrent_state". backend: an explicit backend for this layer (None: the config's, or auto).
+    kv_layout ("fused_hnd", "split_nhd", "split_hnd") and kernel_block_size force a layout or kernel page
+    size. state_decay: recurrent-state layers only.
+    """
+
+    name: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str = "float16"
+    kv_cache_dtype: Optional[str] = None
+    block_size: int = 16
+    sliding_window: Optional[int] = None
+    soft_cap: Optional[float] = None
+    scale: Optional[float] = None
+    sinks: Optional[Sequence[float]] = None
+    alibi_slopes: Optional[Sequence[float]] = None
+    attn_type: str = "decoder"
+    kind: Optional[str] = None
+    backend: Optional[str] = None
+    kv_layout: Optional[str] = None
+    kernel_block_size: Optional[int] = None
+    state_decay: Optional[float] = None
+
+
+@dataclass
+class RunnerConfig:
+    """The run: where it computes, which backend, and the sizes every buffer is allocated for once (C3).
+
+    platform: "cpu", "cuda" (this machine's GPU; an error without one) or "auto". backend: a backend name
+    for every attention layer, or "auto"/None for automatic selection (S3). max_num_reqs, max_num_tokens,
+    max_model_len: the largest step and sequence. num_blocks: manager blocks per attention KV-cache group
+    (see kv_blocks_for_memory_budget). num_state_slots: per recurrent-state group (0: max_num_reqs).
+    capture_sizes: token counts CUDA graphs are captured for (CUDA only; empty: eager). need_lse: every
+    layer must be able to return the LSE. cascade: "heuristic", "never" or "always" (B4).
+    optimistic_cpu_lengths: steps may carry host upper bounds (G6). check_invariants: run the V1-V9
+    checker after every prepare_step. k_scale, v_scale: fp8 KV scales (K8). kv_poison: what a fresh
+    cache holds (NaN). compute_capability: for select() with platform "cuda" on a machine without a GPU.
+    """
+
+    platform: str = "cpu"
+    backend: Optional[str] = None
+    max_num_reqs: int = 256
+    max_num_tokens: int = 8192
+    max_model_len: int = 8192
+    num_blocks: int = 1024
+    num_state_slots: int = 0
+    capture_sizes: Sequence[int] = field(default_factory=list)
+    need_lse: bool = False
+    cascade: str = "heuristic"
+    optimistic_cpu_lengths: bool = False
+    check_invariants: bool = False
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    kv_poison: float = float("nan")
+    compute_capability: Optional[int] = None
+
+
+def cuda_available() -> bool:
+    """True when this build has CUDA and the machine a usable GPU (any CUDA error means no GPU)."""
+    try:
+        return bool(probe_gpu()["available"])
+    except Exception:  # noqa: BLE001  (a broken driver is "no GPU", never a crash)
+        return False
