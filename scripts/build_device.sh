@@ -2,17 +2,36 @@
 # Builds, on the CPU machine, what scripts/device_check.sh runs on the lent GPU machine: the test
 # binaries and the CLI, Release, for sm_90a, stripped, into build-device/ and its archive
 # build-device.tar.xz (what is carried; the device tool's limit is 64 MiB).
+# With ATTNKIT_PYTHON_INCLUDE (a folder with the device Python's Python.h, e.g. a copy of its
+# /usr/include/python3.12, with its x86_64-linux-gnu/python3.12/pyconfig.h beside that folder) and
+# ATTNKIT_PYTHON_EXT_SUFFIX (its EXT_SUFFIX, .cpython-312-x86_64-linux-gnu.so), also the Python
+# extension for that Python, into build-device/python/attnkit (no such interpreter is needed here).
+# On the device: PYTHONPATH=build-device/python python3 -m pytest -q -rs tests/python
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh
 PATH="$(./scripts/cmake_path.sh):$PATH"
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_BUILD_BENCH=ON >/dev/null
+python_include="${ATTNKIT_PYTHON_INCLUDE:-}"
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_BUILD_BENCH=ON \
+  -DATTNKIT_PYTHON_INCLUDE="$python_include" -DATTNKIT_PYTHON_EXT_SUFFIX="${ATTNKIT_PYTHON_EXT_SUFFIX:-}" >/dev/null
 targets=(attnkit_cli engine_loop attnkit_attention_bench test_platform test_kv test_backends test_runner test_conformance test_cli)
-cmake --build build-dev -j "$(nproc)" --target "${targets[@]}"
+python_targets=()
+if [[ -n "$python_include" ]]; then
+  python_targets=(attnkit_python)
+fi
+cmake --build build-dev -j "$(nproc)" --target "${targets[@]}" "${python_targets[@]}"
 rm -rf build-device && mkdir -p build-device
 cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-dev/bench/attnkit_attention_bench build-device/
 for t in "${targets[@]:3}"; do cp "build-dev/tests/$t" build-device/; done
 strip build-device/*
+if [[ -n "$python_include" ]]; then
+  # The package folder as the build lays it out: __init__.py and _attnkit<EXT_SUFFIX>.
+  mkdir -p build-device/python
+  cp -r build-dev/python/attnkit build-device/python/
+  strip --strip-unneeded build-device/python/attnkit/_attnkit*.so
+else
+  echo "build_device.sh: ATTNKIT_PYTHON_INCLUDE not set: the Python extension is not carried" >&2
+fi
 # The commit the binaries were built from; a copy of the tree without its history names it in
 # ATTNKIT_COMMIT (a tree with uncommitted changes should say so, e.g. "abc1234+wip").
 echo "${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD)}" >build-device/COMMIT
