@@ -154,3 +154,26 @@ def test_replay_on_the_gpu(tmp_path):
     want_out, want_lse = expected(batch, *arrays)
     np.testing.assert_allclose(result["out"], want_out, rtol=3e-3, atol=3e-3)
     np.testing.assert_allclose(result["lse"], want_lse, rtol=1e-4, atol=2e-3)
+
+
+def test_cupy_arrays_on_a_cupy_stream():
+    cupy = pytest.importorskip("cupy", reason="CuPy is the other DLPack producer the binding takes on the GPU")
+    layer = attnkit.LayerSpec("attn", num_q_heads=8, num_kv_heads=2, head_size=128, dtype="float16")
+    runner = cuda_runner([layer], "VARLEN")
+    rng = np.random.default_rng(39)
+    host = [random_values(rng, s, np.float16) for s in ((9, 8, 128), (9, 2, 128), (9, 2, 128))]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        q, k, v = (cupy.asarray(a) for a in host)
+        out = cupy.full((9, 8, 128), cupy.nan, dtype=cupy.float16)
+        lse = cupy.full((9, 8), cupy.nan, dtype=cupy.float32)
+    runner.prepare_step([0, 1], [4, 5], [0, 0], [[[2], [6]]], stream=stream.ptr)
+    with runner.forward():
+        runner.attention("attn", q, k, v, out, lse, stream=stream.ptr)
+    stream.synchronize()
+    got, got_lse = cupy.asnumpy(out), cupy.asnumpy(lse)
+    assert not np.isnan(got).any() and not np.isnan(got_lse).any()
+    for a, b in ((0, 4), (4, 9)):
+        want, want_lse = brute_force_attention(host[0][a:b], host[1][a:b], host[2][a:b], 0)
+        np.testing.assert_allclose(got[a:b], want, rtol=3e-3, atol=3e-3)
+        np.testing.assert_allclose(got_lse[a:b], want_lse, rtol=1e-4, atol=2e-3)
