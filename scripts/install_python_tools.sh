@@ -5,9 +5,11 @@
 # Idempotent: a folder whose marker names exactly its pinned set (and the Python it was installed
 # for) is left alone and needs no network; anything else is replaced whole (installed into a
 # scratch folder first, then renamed into place).
-# A failed install is an error: ./scripts/test.sh (CI) builds and runs the binding's tests, so a
-# tool that cannot be installed must stop here, not turn into skipped tests. ATTNKIT_WITH_PYTHON=OFF
-# in the environment skips this script (a build without the binding).
+# A tool that cannot be installed (no pip, no network) is reported and skipped, not fatal here: a
+# user's build then goes on without the binding (the configure summary says why). CI cannot miss
+# it: ./scripts/test.sh configures with ATTNKIT_WITH_PYTHON=ON, which stops without nanobind, and a
+# missing pytest/NumPy makes the Python tests fail. ATTNKIT_WITH_PYTHON=OFF in the environment skips
+# this script.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,9 +20,9 @@ fi
 
 python="${ATTNKIT_PYTHON:-python3}"
 if ! "$python" -m pip --version >/dev/null 2>&1; then
-  echo "install_python_tools.sh: $python has no pip (Debian: apt-get install python3-pip); it installs the" \
-       "Python binding's tools (or set ATTNKIT_WITH_PYTHON=OFF to build without the binding)" >&2
-  exit 1
+  echo "install_python_tools.sh: $python has no pip (Debian: apt-get install python3-pip): the Python" \
+       "binding's tools are not installed, the binding will not be built" >&2
+  exit 0
 fi
 python_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
@@ -40,8 +42,11 @@ for folder in $folders; do
   trap 'rm -rf "$scratch"' EXIT
   if ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-input \
     --no-deps --only-binary=:all: --target "$scratch" "${requirements[@]}"; then
-    echo "install_python_tools.sh: could not install ${requirements[*]} from PyPI (no network?)" >&2
-    exit 1
+    echo "install_python_tools.sh: could not install ${requirements[*]} from PyPI (no network?):" \
+         "the Python binding (or its tests) will not be built" >&2
+    rm -rf "$scratch"
+    trap - EXIT
+    continue
   fi
   # Each dist-info must name its pinned version.
   for requirement in "${requirements[@]}"; do
