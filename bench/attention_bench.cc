@@ -2,21 +2,26 @@
 // next to the ceilings measured in the same run (device-to-device copy bandwidth, cuBLAS bf16
 // GEMM rate).
 //
-// Per workload: a ModelRunner with one attention layer (bf16 activations, 32 query / 8 KV heads,
-// head size 128, causal), the requested backend chosen explicitly, block tables drawn as a random
-// permutation of the KV blocks (physical order unrelated to logical order), the whole KV cache and
-// the queries filled with random values generated on the host. prepare_step runs once; then only
-// the layer's impl->forward is timed: per iteration the L2 is flushed (outside the timed region)
-// and the forward is bracketed by two CUDA events; a second measurement runs --iters forwards back
-// to back ("hot"). Unless --no-check, the benchmarked output is first compared with the
-// GPU_REFERENCE backend run on the same KV cache and queries.
+// The workloads are defined in a checked-in file (bench/workloads.json, --workload-file): per
+// workload its requests (query length, tokens already in the cache), heads, head size, KV dtype,
+// page size, sliding window and shared prefix; "default": true marks the default run, --workloads
+// all runs every entry. Per workload: a ModelRunner with one attention layer of that shape (bf16
+// activations, causal), the requested backend chosen explicitly (one that cannot run the layer is
+// REFUSED with the selector's reasons), block tables drawn as a random permutation of the KV blocks
+// (physical order unrelated to logical order; a shared prefix maps to the same blocks in every
+// request), the whole KV cache and the queries filled with random values generated on the host.
+// prepare_step runs once; then only the layer's impl->forward is timed: per iteration the L2 is
+// flushed (outside the timed region) and the forward is bracketed by two CUDA events; a second
+// measurement runs --iters forwards back to back ("hot"). Unless --no-check, the benchmarked
+// output is first compared with the GPU_REFERENCE backend run on the same KV cache and queries.
 //
-// Exit status: 0 when every workload ran and its check passed (or was skipped), 1 when a workload
-// FAILED its check or stopped with an ERROR, 2 for bad flags. Without a usable GPU (or on a CUDA
-// error while reading the conditions or measuring the ceilings) it prints "no GPU: <reason>" and
-// exits 0.
+// Exit status: 0 when every workload ran and its check passed (or was skipped) or was REFUSED,
+// 1 when a workload FAILED its check or stopped with an ERROR, 2 for bad flags or a bad workload
+// file. Without a usable GPU (or on a CUDA error while reading the conditions or measuring the
+// ceilings) it prints "no GPU: <reason>" and exits 0.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,12 +66,9 @@ namespace {
 using attnkit::DType;
 using json = nlohmann::json;
 
-// ---- fixed model shape --------------------------------------------------------------------------
+// ---- constants (the shapes are per workload: bench/workloads.json) ------------------------------
 
-constexpr int kQHeads = 32;
-constexpr int kKVHeads = 8;
-constexpr int kHeadSize = 128;
-constexpr DType kActivation = DType::kBFloat16;
+constexpr DType kActivation = DType::kBFloat16;  // the only activation dtype the check reads
 constexpr float kFp8Scale = 0.05f;  // k_scale = v_scale of the fp8 workload
 
 constexpr std::size_t kCopyBytes = std::size_t{1} << 31;       // 2 GiB copy-bandwidth buffer
@@ -289,6 +291,23 @@ std::string utc_now() {
   return buf;
 }
 
+// The cuDNN this process would load (the CUDNN backend links libcudnn.so.9; the bench itself does
+// not): cudnnGetVersion through dlopen, so a build without cuDNN still reports what is installed.
+std::string cudnn_runtime_version() {
+  void* lib = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_LOCAL);
+  if (!lib) return "not found (libcudnn.so.9)";
+  using GetVersion = std::size_t (*)();
+  const auto get = reinterpret_cast<GetVersion>(dlsym(lib, "cudnnGetVersion"));
+  std::string out = "unknown (no cudnnGetVersion)";
+  if (get) {
+    const std::size_t v = get();  // 9.19.0 -> 91900
+    out = std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100) + " (" +
+          std::to_string(v) + ")";
+  }
+  dlclose(lib);
+  return out;
+}
+
 struct Conditions {
   std::string gpu_name;
   int cc_major = 0, cc_minor = 0;
@@ -296,6 +315,7 @@ struct Conditions {
   std::size_t l2_bytes = 0;
   std::size_t memory_bytes = 0;
   std::string driver_version, runtime_version, cublas_version;
+  std::string cudnn_runtime_version = "not loaded";
   std::string date_utc;
   std::string commit;
   int host_threads = 0;
@@ -323,6 +343,7 @@ Conditions read_conditions() {
   CUBLAS_TRY(cublasGetProperty(MINOR_VERSION, &minor));
   CUBLAS_TRY(cublasGetProperty(PATCH_LEVEL, &patch));
   c.cublas_version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  c.cudnn_runtime_version = cudnn_runtime_version();
   c.date_utc = utc_now();
   const char* commit = std::getenv("ATTNKIT_COMMIT");
   c.commit = commit && *commit ? commit : "unknown";
@@ -401,57 +422,172 @@ struct BenchRequest {
   int seq_len() const { return context + query_len; }
 };
 
+// One entry of the workload file (bench/workloads.json): the full shape of one attention layer's
+// step. The file is the only place workloads are defined.
+struct RequestGroup {
+  int count = 1, query_len = 1, num_computed_tokens = 0;
+};
+
 struct Workload {
   std::string name;
   Kind kind = Kind::kDecode;
   std::vector<BenchRequest> requests;  // the scheduler's order
+  std::vector<RequestGroup> groups;    // as the file writes them (recorded in the JSON)
+  int num_q_heads = 32, num_kv_heads = 8, head_size = 128;
+  DType dtype = DType::kBFloat16;  // activations
   int page_size = 16;
   DType kv_dtype = DType::kBFloat16;
-  bool helper = false;  // measured only as a part of the mixed workload's ratio
+  std::optional<int> window;  // sliding window: keys a query sees, itself included
+  int shared_prefix = 0;      // tokens whose pages every request shares (same physical blocks)
+  bool is_default = false;    // in the default run
+  bool helper = false;        // measured only as a part of the mixed workload's ratio
   std::vector<std::string> parts;  // mixed: the helper workloads it is compared with
+  std::string note;
 };
 
-// `batch` decodes at `context` (query length 1, seq_len = context).
-std::vector<BenchRequest> decodes(int batch, int context) {
-  return std::vector<BenchRequest>(static_cast<std::size_t>(batch), BenchRequest{1, context - 1});
-}
-// `batch` causal prefills of `n` tokens with no context.
-std::vector<BenchRequest> prefills(int batch, int n) {
-  return std::vector<BenchRequest>(static_cast<std::size_t>(batch), BenchRequest{n, 0});
-}
+struct WorkloadFileError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-std::vector<Workload> workload_table() {
-  std::vector<Workload> w;
-  const auto decode = [&](std::string name, int batch, int context, int page = 16, DType kv = DType::kBFloat16,
-                          bool helper = false) {
-    w.push_back({std::move(name), Kind::kDecode, decodes(batch, context), page, kv, helper, {}});
-  };
-  const auto prefill = [&](std::string name, int batch, int n, bool helper = false) {
-    w.push_back({std::move(name), Kind::kPrefill, prefills(batch, n), 16, DType::kBFloat16, helper, {}});
-  };
-  decode("decode_64x4096", 64, 4096);
-  decode("decode_128x2048", 128, 2048);
-  decode("decode_256x1024", 256, 1024);
-  decode("decode_32x16384", 32, 16384);
-  decode("decode_8x32768", 8, 32768);
-  decode("decode_16x4096", 16, 4096);
-  decode("decode_1x4096", 1, 4096);
-  decode("decode_fp8_64x4096", 64, 4096, 16, DType::kFp8E4M3);
-  decode("decode_64x4096_page64", 64, 4096, 64);
-  decode("decode_64x4096_page4096", 64, 4096, 4096);
-  prefill("prefill_1x4096", 1, 4096);
-  prefill("prefill_1x16384", 1, 16384);
-  prefill("prefill_16x1024", 16, 1024);
-  // The two parts of the mixed step, measured alone in the same run.
-  decode("decode_32x4096", 32, 4096, 16, DType::kBFloat16, /*helper=*/true);
-  prefill("prefill_1x2048", 1, 2048, /*helper=*/true);
-  {
-    Workload m{"mixed_32x4096_plus_2048", Kind::kMixed, decodes(32, 4096), 16, DType::kBFloat16, false,
-               {"decode_32x4096", "prefill_1x2048"}};
-    m.requests.push_back({2048, 0});
-    w.push_back(std::move(m));
+// Reads and checks the workload file: every field known and of its type, names unique, parts
+// defined as helpers, shapes consistent. Errors name the file, the workload and the field.
+std::vector<Workload> load_workloads(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  if (!f) throw WorkloadFileError(path.string() + ": cannot open the workload file");
+  json doc;
+  try {
+    doc = json::parse(f);
+  } catch (const json::exception& e) {
+    throw WorkloadFileError(path.string() + ": not valid JSON: " + e.what());
   }
-  return w;
+  const auto fail = [&](const std::string& where, const std::string& what) -> WorkloadFileError {
+    return WorkloadFileError(path.string() + ": " + where + ": " + what);
+  };
+  if (!doc.is_object() || !doc.contains("workloads") || !doc["workloads"].is_array()) {
+    throw fail("top level", "expected an object with a \"workloads\" array");
+  }
+  static const std::vector<std::string> kFields = {"name", "kind", "default", "helper", "num_q_heads", "num_kv_heads",
+                                                   "head_size", "dtype", "kv_dtype", "page_size", "window",
+                                                   "shared_prefix", "requests", "parts", "note"};
+  std::vector<Workload> table;
+  std::size_t index = 0;
+  for (const json& e : doc["workloads"]) {
+    std::string where = "workloads[" + std::to_string(index++) + "]";
+    if (!e.is_object()) throw fail(where, "expected an object");
+    if (e.contains("name") && e["name"].is_string()) where += " (" + e["name"].get<std::string>() + ")";
+    for (const auto& item : e.items()) {
+      if (std::find(kFields.begin(), kFields.end(), item.key()) == kFields.end()) {
+        std::string allowed;
+        for (const std::string& k : kFields) allowed += (allowed.empty() ? "" : ", ") + k;
+        throw fail(where, "unknown field \"" + item.key() + "\" (known: " + allowed + ")");
+      }
+    }
+    const auto str = [&](const char* key) -> std::string {
+      if (!e.contains(key) || !e[key].is_string()) throw fail(where, std::string("\"") + key + "\" must be a string");
+      return e[key].get<std::string>();
+    };
+    const auto integer = [&](const json& obj, const char* key, int min, const std::string& at) -> int {
+      if (!obj.contains(key) || !obj[key].is_number_integer()) {
+        throw fail(at, std::string("\"") + key + "\" must be an integer");
+      }
+      const auto v = obj[key].get<std::int64_t>();
+      if (v < min || v > (std::int64_t{1} << 24)) {
+        throw fail(at, std::string("\"") + key + "\" = " + std::to_string(v) + " is outside [" + std::to_string(min) +
+                           ", 16777216]");
+      }
+      return static_cast<int>(v);
+    };
+    const auto boolean = [&](const char* key) -> bool {
+      if (!e.contains(key)) return false;
+      if (!e[key].is_boolean()) throw fail(where, std::string("\"") + key + "\" must be true or false");
+      return e[key].get<bool>();
+    };
+    Workload w;
+    w.name = str("name");
+    if (w.name.empty() || w.name == "all" || w.name == "default" || w.name.find(',') != std::string::npos) {
+      throw fail(where, "\"name\" must be non-empty, without commas, and not \"all\" or \"default\"");
+    }
+    const std::string kind = str("kind");
+    if (kind == "decode") w.kind = Kind::kDecode;
+    else if (kind == "prefill") w.kind = Kind::kPrefill;
+    else if (kind == "mixed") w.kind = Kind::kMixed;
+    else throw fail(where, "\"kind\" = \"" + kind + "\" (allowed: decode, prefill, mixed)");
+    w.is_default = boolean("default");
+    w.helper = boolean("helper");
+    w.num_q_heads = integer(e, "num_q_heads", 1, where);
+    w.num_kv_heads = integer(e, "num_kv_heads", 1, where);
+    if (w.num_q_heads % w.num_kv_heads != 0) throw fail(where, "num_q_heads must be a multiple of num_kv_heads");
+    w.head_size = integer(e, "head_size", 1, where);
+    const auto dtype = [&](const char* key) {
+      const std::string text = str(key);
+      const std::optional<DType> d = attnkit::parse_dtype(text);
+      if (!d) throw fail(where, std::string("\"") + key + "\" = \"" + text + "\" is not a dtype");
+      return *d;
+    };
+    w.dtype = dtype("dtype");
+    if (w.dtype != DType::kBFloat16) {
+      throw fail(where, "\"dtype\" = \"" + std::string(attnkit::to_string(w.dtype)) +
+                            "\": the bench runs bfloat16 activations only (allowed: bfloat16)");
+    }
+    w.kv_dtype = dtype("kv_dtype");
+    if (w.kv_dtype != DType::kBFloat16 && !attnkit::is_fp8(w.kv_dtype)) {
+      throw fail(where, "\"kv_dtype\" must be bfloat16, fp8_e4m3 or fp8_e5m2");
+    }
+    w.page_size = integer(e, "page_size", 1, where);
+    if (e.contains("window") && !e["window"].is_null()) w.window = integer(e, "window", 1, where);
+    w.shared_prefix = e.contains("shared_prefix") ? integer(e, "shared_prefix", 0, where) : 0;
+    if (!e.contains("requests") || !e["requests"].is_array() || e["requests"].empty()) {
+      throw fail(where, "\"requests\" must be a non-empty array");
+    }
+    for (std::size_t g = 0; g < e["requests"].size(); ++g) {
+      const json& r = e["requests"][g];
+      const std::string at = where + ".requests[" + std::to_string(g) + "]";
+      if (!r.is_object()) throw fail(at, "expected an object");
+      for (const auto& item : r.items()) {
+        if (item.key() != "count" && item.key() != "query_len" && item.key() != "num_computed_tokens") {
+          throw fail(at, "unknown field \"" + item.key() + "\" (known: count, query_len, num_computed_tokens)");
+        }
+      }
+      RequestGroup rg{integer(r, "count", 1, at), integer(r, "query_len", 1, at), integer(r, "num_computed_tokens", 0, at)};
+      w.groups.push_back(rg);
+      for (int i = 0; i < rg.count; ++i) w.requests.push_back({rg.query_len, rg.num_computed_tokens});
+      if (w.requests.size() > 65536) throw fail(at, "more than 65536 requests");
+    }
+    if (w.shared_prefix > 0) {
+      if (w.shared_prefix % w.page_size != 0) throw fail(where, "\"shared_prefix\" must be a multiple of page_size");
+      for (const BenchRequest& r : w.requests) {
+        if (r.context < w.shared_prefix) {
+          throw fail(where, "\"shared_prefix\" exceeds a request's num_computed_tokens (" + std::to_string(r.context) + ")");
+        }
+      }
+    }
+    for (const BenchRequest& r : w.requests) {
+      const bool decode = r.query_len == 1;
+      if (w.kind == Kind::kDecode && !decode) throw fail(where, "a decode workload's requests must have query_len 1");
+      if (w.kind == Kind::kPrefill && decode) throw fail(where, "a prefill workload's requests must have query_len > 1");
+    }
+    if (e.contains("parts")) {
+      if (w.kind != Kind::kMixed || !e["parts"].is_array()) throw fail(where, "\"parts\" is an array, for mixed workloads");
+      for (const json& p : e["parts"]) {
+        if (!p.is_string()) throw fail(where, "\"parts\" must hold workload names");
+        w.parts.push_back(p.get<std::string>());
+      }
+    }
+    if (e.contains("note")) w.note = str("note");
+    if (std::any_of(table.begin(), table.end(), [&](const Workload& x) { return x.name == w.name; })) {
+      throw fail(where, "duplicate name \"" + w.name + "\"");
+    }
+    table.push_back(std::move(w));
+  }
+  for (const Workload& w : table) {
+    for (const std::string& p : w.parts) {
+      const auto it = std::find_if(table.begin(), table.end(), [&](const Workload& x) { return x.name == p; });
+      if (it == table.end()) throw fail("workload " + w.name, "part \"" + p + "\" is not defined in the file");
+      if (!it->helper) throw fail("workload " + w.name, "part \"" + p + "\" must be marked \"helper\": true");
+    }
+  }
+  if (table.empty()) throw fail("top level", "no workloads");
+  return table;
 }
 
 // ---- one workload -------------------------------------------------------------------------------
@@ -464,8 +600,11 @@ struct CheckResult {
 
 struct Result {
   const Workload* workload = nullptr;
-  std::string status = "ERROR";  // OK, FAILED (check), ERROR (exception)
+  std::string status = "ERROR";  // OK, FAILED (check), ERROR (exception), REFUSED (cannot run it)
   std::string error;
+  std::string refused_by;                    // REFUSED: "selector" or "runner"
+  std::vector<std::string> refusal_reasons;  // REFUSED: every reason given
+  std::string graph_mode;                    // the runner's graph mode of the timed step
   std::string backend, variant, selection_log, kv_layout;
   int kernel_block_size = 0;
   std::int64_t num_reqs = 0, num_tokens = 0, num_blocks = 0;
@@ -481,7 +620,9 @@ struct Result {
 };
 
 struct Options {
-  std::vector<std::string> workloads;  // empty = all
+  std::string workload_file = "bench/workloads.json";  // relative to the working directory
+  std::vector<std::string> workloads;  // names; empty = the file's default set
+  bool all_workloads = false;          // --workloads all
   std::string backend = "VARLEN";
   std::optional<attnkit::KVLayout> kv_layout;  // forced on the layer's KV spec; else negotiated
   int iters = 30;
@@ -493,16 +634,18 @@ struct Options {
 attnkit::LayerSpec layer_spec(const Workload& w, std::optional<attnkit::KVLayout> kv_layout) {
   attnkit::LayerSpec l;
   l.name = "layers.0.attn";
-  l.params.num_q_heads = kQHeads;
-  l.params.num_kv_heads = kKVHeads;
-  l.params.head_size = kHeadSize;
+  l.params.num_q_heads = w.num_q_heads;
+  l.params.num_kv_heads = w.num_kv_heads;
+  l.params.head_size = w.head_size;
+  l.params.sliding_window = w.window;
   l.params.dtype = kActivation;
   l.params.kv_cache_dtype = w.kv_dtype;
   l.params.attn_type = attnkit::AttentionType::kDecoder;
-  l.kv_spec.kind = attnkit::KVSpecKind::kFullAttention;
+  l.kv_spec.kind = w.window ? attnkit::KVSpecKind::kSlidingWindow : attnkit::KVSpecKind::kFullAttention;
+  l.kv_spec.sliding_window = w.window.value_or(0);
   l.kv_spec.block_size = w.page_size;
-  l.kv_spec.num_kv_heads = kKVHeads;
-  l.kv_spec.head_size = kHeadSize;
+  l.kv_spec.num_kv_heads = w.num_kv_heads;
+  l.kv_spec.head_size = w.head_size;
   l.kv_spec.dtype = w.kv_dtype;
   l.kv_spec.forced_layout = kv_layout;
   return l;
@@ -546,7 +689,10 @@ CheckResult compare(const std::vector<std::uint16_t>& got, const std::vector<std
   return c;
 }
 
-// Sizes of a workload, its KV bytes read and the (query, key) pairs a causal attention visits.
+// Sizes of a workload, the KV bytes it must read and the (query, key) pairs a causal attention
+// visits. KV bytes count every distinct key token a query of the step sees once: a sliding window
+// clips each request to its last window + query_len - 1 keys, and a shared prefix's pages count
+// once for the whole batch. Without window and prefix: sum of seq_len (the earlier runs' measure).
 struct Shape {
   int num_reqs = 0, tokens = 0, max_seq = 0, num_blocks = 0, max_pages = 1;
   double kv_bytes = 0, flops = 0;
@@ -555,19 +701,36 @@ struct Shape {
 Shape shape_of(const Workload& w) {
   Shape sh;
   sh.num_reqs = static_cast<int>(w.requests.size());
+  const int prefix_pages = w.shared_prefix / w.page_size;
   double pairs = 0, kv_tokens = 0;
   for (const BenchRequest& r : w.requests) {
     sh.tokens += r.query_len;
     sh.max_seq = std::max(sh.max_seq, r.seq_len());
     const int pages = ceil_div(r.seq_len(), w.page_size);
-    sh.num_blocks += pages;
+    sh.num_blocks += pages - prefix_pages;
     sh.max_pages = std::max(sh.max_pages, pages);
-    kv_tokens += r.seq_len();
-    // Query i (0-based) of the request sees context + i + 1 keys.
-    pairs += static_cast<double>(r.query_len) * r.context + 0.5 * r.query_len * (r.query_len + 1.0);
+    const double first_key = w.window ? std::max(0, r.context + 1 - *w.window) : 0;  // the first query's first key
+    // Keys of the shared prefix are counted once, below.
+    kv_tokens += r.seq_len() - std::max<double>(first_key, w.shared_prefix);
+    // Query i (0-based) of the request sees context + i + 1 keys, at most the window.
+    if (!w.window) {
+      pairs += static_cast<double>(r.query_len) * r.context + 0.5 * r.query_len * (r.query_len + 1.0);
+    } else {
+      for (int i = 0; i < r.query_len; ++i) pairs += std::min(*w.window, r.context + i + 1);
+    }
   }
-  sh.kv_bytes = kv_tokens * kKVHeads * kHeadSize * 2.0 * static_cast<double>(attnkit::size_of(w.kv_dtype));
-  sh.flops = 4.0 * kHeadSize * kQHeads * pairs;
+  if (w.shared_prefix > 0) {
+    sh.num_blocks += prefix_pages;
+    // The prefix keys some query sees (with a window, possibly none of them).
+    double seen = 0;
+    for (const BenchRequest& r : w.requests) {
+      const int first_key = w.window ? std::max(0, r.context + 1 - *w.window) : 0;
+      seen = std::max<double>(seen, w.shared_prefix - std::min(first_key, w.shared_prefix));
+    }
+    kv_tokens += seen;
+  }
+  sh.kv_bytes = kv_tokens * w.num_kv_heads * w.head_size * 2.0 * static_cast<double>(attnkit::size_of(w.kv_dtype));
+  sh.flops = 4.0 * w.head_size * w.num_q_heads * pairs;
   return sh;
 }
 
@@ -591,6 +754,8 @@ attnkit::RunnerConfig runner_config(const Workload& w, const Shape& sh, const at
 
 // The step as the engine hands it over: requests in the order the runner asks for, block ids a
 // random permutation (fixed seed) of all the KV blocks, so physical order is unrelated to logical.
+// With a shared prefix, every request's first shared_prefix / page_size entries are the same
+// blocks (the first ones of the permutation), the rest its own.
 struct StepPlan {
   std::vector<std::int32_t> ids, lens, computed, rows;
   std::vector<attnkit::ManagerBlockTable> tables;
@@ -611,7 +776,8 @@ void build_step(const Workload& w, const Shape& sh, attnkit::ModelRunner& runner
   plan.lens.assign(n, 0);
   plan.computed.assign(n, 0);
   plan.rows.assign(n * stride, -1);  // entries past a request's pages are never read
-  std::size_t next_block = 0;
+  const int prefix_pages = w.shared_prefix / w.page_size;
+  std::size_t next_block = static_cast<std::size_t>(prefix_pages);
   for (std::size_t i = 0; i < n; ++i) {
     const auto from = static_cast<std::size_t>(order.order()[i]);
     const BenchRequest& r = w.requests[from];
@@ -619,7 +785,10 @@ void build_step(const Workload& w, const Shape& sh, attnkit::ModelRunner& runner
     plan.lens[i] = r.query_len;
     plan.computed[i] = r.context;
     const int pages = ceil_div(r.seq_len(), w.page_size);
-    for (int p = 0; p < pages; ++p) plan.rows[i * stride + static_cast<std::size_t>(p)] = perm[next_block++];
+    for (int p = 0; p < pages; ++p) {
+      plan.rows[i * stride + static_cast<std::size_t>(p)] =
+          p < prefix_pages ? perm[static_cast<std::size_t>(p)] : perm[next_block++];
+    }
   }
   plan.tables = {{plan.rows, sh.max_pages}};
   plan.step = attnkit::StepInput{};
@@ -644,9 +813,29 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
 
   std::vector<attnkit::LayerSpec> layers = {layer_spec(w, opt.kv_layout)};
   const attnkit::LayerSpec spec = layers.front();
-  auto runner = std::make_unique<attnkit::ModelRunner>(
-      std::move(layers),
-      runner_config(w, sh, attnkit::Platform::cuda(gpu.compute_capability, gpu.device_name), opt.backend));
+  // The backend is explicit: when it cannot run this layer the selector (or the KV negotiation)
+  // refuses at start-up, before any kernel runs: REFUSED with every reason, never skipped.
+  std::unique_ptr<attnkit::ModelRunner> runner;
+  try {
+    runner = std::make_unique<attnkit::ModelRunner>(
+        std::move(layers),
+        runner_config(w, sh, attnkit::Platform::cuda(gpu.compute_capability, gpu.device_name), opt.backend));
+  } catch (const attnkit::SelectionError& e) {
+    res.status = "REFUSED";
+    res.refused_by = "selector";
+    for (const attnkit::CandidateReport& c : e.candidates()) {
+      for (const attnkit::Reason& reason : c.reasons) res.refusal_reasons.push_back(reason.message());
+    }
+    if (res.refusal_reasons.empty()) res.refusal_reasons.push_back(e.what());
+    res.error = e.what();
+    return;
+  } catch (const attnkit::Error& e) {
+    res.status = "REFUSED";
+    res.refused_by = "runner";
+    res.refusal_reasons.push_back(e.what());
+    res.error = e.what();
+    return;
+  }
   const attnkit::LayerId id = runner->layer_id_at(0);
   const attnkit::Selection& sel = runner->selection(id);
   res.backend = std::string(sel.backend->name());
@@ -667,12 +856,12 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
   build_step(w, sh, *runner, plan);
   const attnkit::StepInput& step = plan.step;
 
-  // Queries [tokens, 32, 128] bf16, uniform in [-1, 1]; outputs of the same shape.
-  const std::size_t act_elems = static_cast<std::size_t>(tokens) * kQHeads * kHeadSize;
+  // Queries [tokens, q heads, head size] bf16, uniform in [-1, 1]; outputs of the same shape.
+  const std::size_t act_elems = static_cast<std::size_t>(tokens) * w.num_q_heads * w.head_size;
   const std::size_t act_bytes = act_elems * attnkit::size_of(kActivation);
   DeviceBuffer query_buf(act_bytes), out_buf(act_bytes);
   fill_device_random(query_buf.get(), act_elems, kActivation, seed_of(w.name, 3), -1.0f, 1.0f);
-  const std::vector<std::int64_t> dims = {tokens, kQHeads, kHeadSize};
+  const std::vector<std::int64_t> dims = {tokens, w.num_q_heads, w.head_size};
   const attnkit::TensorView query =
       attnkit::TensorView::contiguous(query_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);
   const attnkit::TensorView output =
@@ -680,6 +869,7 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
   const attnkit::TensorView none{};
 
   runner->prepare_step(step, s);
+  res.graph_mode = std::string(attnkit::to_string(runner->graph_mode()));
   const attnkit::LayerContext& ctx = runner->forward_context().layer(id);
   const auto forward = [&](const attnkit::TensorView& out) {
     ctx.impl->forward(query, none, none, *ctx.kv_cache, *ctx.metadata, out, none, s);
@@ -699,9 +889,9 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     bc.variant = attnkit::GpuReferenceBackend::kVariant;
     bc.kv_spec = spec.kv_spec;
     bc.kernel_block_size = group.geometry.kernel_block_size;
-    bc.num_q_heads = kQHeads;
-    bc.num_kv_heads = kKVHeads;
-    bc.head_size = kHeadSize;
+    bc.num_q_heads = w.num_q_heads;
+    bc.num_kv_heads = w.num_kv_heads;
+    bc.head_size = w.head_size;
     bc.max_num_reqs = n;
     bc.max_num_tokens = tokens;
     bc.max_blocks_per_req = group.max_kernel_blocks_per_req;
@@ -822,6 +1012,14 @@ Rate rate_of(const Result& r, const Ceilings& c) {
 
 std::string check_cell(const Result& r) {
   if (r.status == "ERROR") return "ERROR: " + r.error;
+  if (r.status == "REFUSED") {
+    std::string cell = "REFUSED by the " + r.refused_by + ":";
+    for (const std::string& reason : r.refusal_reasons) cell += " " + reason + ";";
+    cell.pop_back();
+    std::replace(cell.begin(), cell.end(), '|', '/');
+    std::replace(cell.begin(), cell.end(), '\n', ' ');
+    return cell;
+  }
   std::string cell = r.check.result;
   if (r.check.result == "passed" || r.check.result == "FAILED") {
     cell += " (max diff " + fmt("%.2e", r.check.max_abs_diff) + ", max |ref| " + fmt("%.2e", r.check.max_abs_ref);
@@ -845,6 +1043,11 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   md << "cuBLAS:            " << cond.cublas_version << "\n";
   md << "host threads:      " << cond.host_threads << "\n";
   md << "kernel libraries:  " << kernel_libraries() << "\n";
+  md << "cuDNN (loaded):    " << cond.cudnn_runtime_version << "\n";
+  md << "workload file:     " << opt.workload_file << "\n";
+  md << "graph mode:        eager (impl->forward launched directly; no CUDA graph)\n";
+  md << "KV layout:         " << (opt.kv_layout ? std::string(attnkit::to_string(*opt.kv_layout)) + " (forced)" : "negotiated")
+     << " (per workload in the notes)\n";
   md << "backend:           " << opt.backend << " (explicit)\n";
   md << "iterations:        " << opt.iters << " timed, " << opt.warmup << " warm-up; check "
      << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
@@ -856,11 +1059,12 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   md << "- bf16 matrix rate: " << fmt("%.1f", ceil.gemm_tflops) << " TFLOP/s (cublasGemmEx " << kGemmN << "^3, bf16 "
      << "A/B/C, CUBLAS_COMPUTE_32F, 2mnk / median of " << kCeilingIters << "; median " << fmt("%.3f", ceil.gemm_ms.median)
      << " ms, min " << fmt("%.3f", ceil.gemm_ms.min) << ", max " << fmt("%.3f", ceil.gemm_ms.max) << ")\n\n";
-  md << "Method: one attention layer (bf16 activations, " << kQHeads << " q / " << kKVHeads << " KV heads, head size "
-     << kHeadSize << ", causal), block tables a random permutation of the KV blocks, random KV cache and "
+  md << "Method: one attention layer per workload (bf16 activations, causal; heads, head size, KV dtype, page size, "
+     << "window and shared prefix per workload in the notes, from the workload file), block tables a random "
+     << "permutation of the KV blocks (a shared prefix: the same blocks in every request), random KV cache and "
      << "queries; only `impl->forward` is timed. median/min/p90: per call, L2 flushed (512 MiB memset) before each "
      << "call, outside the timed region; hot: " << opt.iters << " calls back to back, average. TB/s: KV bytes read "
-     << "(sum of seq_len x KV heads x head size x 2 x element size) / median, vs the copy bandwidth; TFLOP/s "
+     << "(distinct key tokens the step's queries see, i.e. sum of seq_len without window or shared prefix, x KV heads x head size x 2 x element size) / median, vs the copy bandwidth; TFLOP/s "
      << "(prefill): 4 x head size x q heads x visible (query, key) pairs / median, vs the bf16 matrix rate. "
      << "Host us/step: median of " << kHostStepSamples << " prepare_step calls on the wall clock (common metadata, the "
         "group builder's build and enqueue, FlashInfer's plan included), the device idle before each. "
@@ -881,17 +1085,38 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
       md << "- | - | - | - | - | - | - | ";
     }
     md << check_cell(r) << " | ";
-    std::string notes = std::to_string(r.num_reqs) + " reqs, " + std::to_string(r.num_tokens) + " tokens, page " +
-                        std::to_string(w.page_size) + ", KV " + std::string(attnkit::to_string(w.kv_dtype));
+    std::string notes = std::to_string(r.num_reqs) + " reqs, " + std::to_string(r.num_tokens) + " tokens, " +
+                        std::to_string(w.num_q_heads) + "/" + std::to_string(w.num_kv_heads) + " heads of " +
+                        std::to_string(w.head_size) + ", page " + std::to_string(w.page_size) + ", KV " +
+                        std::string(attnkit::to_string(w.kv_dtype));
+    if (w.window) notes += ", window " + std::to_string(*w.window);
+    if (w.shared_prefix) notes += ", shared prefix " + std::to_string(w.shared_prefix);
     if (!r.kv_layout.empty()) notes += ", " + r.kv_layout + " kernel page " + std::to_string(r.kernel_block_size);
     if (w.kind == Kind::kMixed) {
-      notes += "; " + (r.mixed_ratio ? "time / (" + w.parts[0] + " + " + w.parts[1] + ") = " + fmt("%.3f", *r.mixed_ratio)
-                                     : "ratio: " + r.mixed_ratio_note);
+      std::string sum;
+      for (const std::string& part : w.parts) sum += (sum.empty() ? "" : " + ") + part;
+      notes += "; " + (r.mixed_ratio ? "time / (" + sum + ") = " + fmt("%.3f", *r.mixed_ratio) : "ratio: " + r.mixed_ratio_note);
       if (valid(r)) notes += ", " + fmt("%.1f", r.flops / (r.us.median * 1e-6) / 1e12) + " TFLOP/s";
     }
     md << notes << " |\n";
   }
   return md.str();
+}
+
+json groups_json(const Workload& w) {
+  json list = json::array();
+  for (const RequestGroup& g : w.groups) {
+    list.push_back({{"count", g.count}, {"query_len", g.query_len}, {"num_computed_tokens", g.num_computed_tokens}});
+  }
+  return list;
+}
+
+json kernel_library_versions() {
+  json out = json::object();
+  for (const attnkit::BackendType& b : attnkit::registered_backends()) {
+    if (!b.caps().library.empty()) out[std::string(b.name())] = std::string(b.caps().library);
+  }
+  return out;
 }
 
 json stats_json(const Stats& s) { return {{"median", s.median}, {"min", s.min}, {"p90", s.p90}, {"max", s.max}}; }
@@ -908,6 +1133,8 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
                      {"driver_version", cond.driver_version},
                      {"runtime_version", cond.runtime_version},
                      {"cublas_version", cond.cublas_version},
+                     {"cudnn_runtime_version", cond.cudnn_runtime_version},
+                     {"kernel_libraries", kernel_library_versions()},
                      {"host_threads", cond.host_threads}};
   j["ceilings"] = {{"copy_tb_per_s", ceil.copy_tbps},
                    {"copy_bytes", kCopyBytes},
@@ -916,13 +1143,17 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
                    {"gemm_mnk", kGemmN},
                    {"gemm_ms", stats_json(ceil.gemm_ms)},
                    {"repetitions", kCeilingIters}};
+  j["schema"] = "attnkit-bench/2";
+  j["system"] = opt.backend;
+  j["system_kind"] = "attnkit";
   j["config"] = {{"backend", opt.backend},
+                 {"workload_file", opt.workload_file},
+                 {"graph_mode", "eager"},
+                 {"kv_layout_forced", opt.kv_layout ? json(std::string(attnkit::to_string(*opt.kv_layout))) : json(nullptr)},
+                 {"paged_kv", true},
                  {"iters", opt.iters},
                  {"warmup", opt.warmup},
                  {"check", opt.check},
-                 {"num_q_heads", kQHeads},
-                 {"num_kv_heads", kKVHeads},
-                 {"head_size", kHeadSize},
                  {"activation_dtype", std::string(attnkit::to_string(kActivation))},
                  {"l2_flush_bytes", kFlushBytes}};
   json list = json::array();
@@ -937,6 +1168,15 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
               {"selection", r.selection_log},
               {"kv_layout", r.kv_layout},
               {"kernel_block_size", r.kernel_block_size},
+              {"default", w.is_default},
+              {"num_q_heads", w.num_q_heads},
+              {"num_kv_heads", w.num_kv_heads},
+              {"head_size", w.head_size},
+              {"dtype", std::string(attnkit::to_string(w.dtype))},
+              {"window", w.window ? json(*w.window) : json(nullptr)},
+              {"shared_prefix", w.shared_prefix},
+              {"requests", groups_json(w)},
+              {"graph_mode", r.graph_mode.empty() ? json(nullptr) : json(r.graph_mode)},
               {"page_size", w.page_size},
               {"kv_cache_dtype", std::string(attnkit::to_string(w.kv_dtype))},
               {"num_reqs", r.num_reqs},
@@ -946,6 +1186,7 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
               {"kv_bytes_read", r.kv_bytes},
               {"flops", r.flops}};
     if (!r.error.empty()) e["error"] = r.error;
+    if (r.status == "REFUSED") e["refusal"] = {{"by", r.refused_by}, {"reasons", r.refusal_reasons}};
     e["check"] = {{"result", r.check.result},
                   {"max_abs_diff", r.check.max_abs_diff},
                   {"max_abs_ref", r.check.max_abs_ref},
@@ -964,6 +1205,7 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
       e["host_step_us"] = {{"median", r.host_step_us.median}, {"min", r.host_step_us.min}, {"p90", r.host_step_us.p90},
                            {"samples", kHostStepSamples}};
       e["kv_tb_per_s"] = r.kv_bytes / (r.us.median * 1e-6) / 1e12;
+      e["kv_gb_per_s"] = r.kv_bytes / (r.us.median * 1e-6) / 1e9;
       e["tflop_per_s"] = r.flops / (r.us.median * 1e-6) / 1e12;
       e["rate"] = rate.value;
       e["rate_unit"] = rate.unit;
@@ -997,21 +1239,29 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string usage(const std::vector<Workload>& table) {
-  std::string names;
-  for (const Workload& w : table) names += "  " + w.name + (w.helper ? " (part of the mixed workload)" : "") + "\n";
-  return "usage: attnkit_attention_bench [--workloads all|NAME[,NAME...]] [--backend NAME] [--iters N] [--warmup N]\n"
-         "                               [--out DIR] [--no-check]\n"
-         "  --workloads  comma-separated workload names, or all (default)\n"
-         "  --kv-layout  force the KV cache layout (fused_hnd, split_nhd, split_hnd); default: negotiated\n"
-         "  --backend    attention backend, chosen explicitly (default VARLEN; GPU_REFERENCE and, in a build with\n"
-         "               FlashInfer, FLASHINFER also work)\n"
-         "  --iters      timed iterations per workload, >= 1 (default 30)\n"
-         "  --warmup     warm-up iterations, >= 0 (default 5)\n"
-         "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
-         "  --no-check   skip the comparison with GPU_REFERENCE\n"
-         "workloads:\n" +
-         names;
+std::string usage(const std::vector<Workload>* table) {
+  std::string text =
+      "usage: attnkit_attention_bench [--workload-file FILE] [--workloads default|all|NAME[,NAME...]]\n"
+      "                               [--backend NAME] [--kv-layout LAYOUT] [--iters N] [--warmup N] [--out DIR]\n"
+      "                               [--no-check]\n"
+      "  --workload-file  the workload definitions (default bench/workloads.json, relative to the working\n"
+      "                   directory)\n"
+      "  --workloads  default (the file's \"default\": true entries; the default), all (every entry), or\n"
+      "               comma-separated names; a mixed workload brings its parts\n"
+      "  --kv-layout  force the KV cache layout (fused_hnd, split_nhd, split_hnd); default: negotiated\n"
+      "  --backend    attention backend, chosen explicitly (default VARLEN; any CUDA backend of the build:\n"
+      "               GPU_REFERENCE, FLASHINFER, CUDNN); a workload it cannot run is REFUSED with the reasons\n"
+      "  --iters      timed iterations per workload, >= 1 (default 30)\n"
+      "  --warmup     warm-up iterations, >= 0 (default 5)\n"
+      "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
+      "  --no-check   skip the comparison with GPU_REFERENCE\n";
+  if (table) {
+    text += "workloads (* = default):\n";
+    for (const Workload& w : *table) {
+      text += "  " + w.name + (w.is_default ? " *" : "") + (w.helper ? " (part of a mixed workload)" : "") + "\n";
+    }
+  }
+  return text;
 }
 
 int parse_int(const std::string& flag, const std::string& text, int min) {
@@ -1028,7 +1278,7 @@ int parse_int(const std::string& flag, const std::string& text, int min) {
   return static_cast<int>(v);
 }
 
-Options parse_flags(int argc, char** argv, const std::vector<Workload>& table, bool& help) {
+Options parse_flags(int argc, char** argv, bool& help) {
   Options opt;
   help = false;
   for (int i = 1; i < argc; ++i) {
@@ -1047,21 +1297,23 @@ Options parse_flags(int argc, char** argv, const std::vector<Workload>& table, b
     };
     if (arg == "--help" || arg == "-h") {
       help = true;
+    } else if (arg == "--workload-file") {
+      opt.workload_file = value();
+      if (opt.workload_file.empty()) throw UsageError("--workload-file: empty file name");
     } else if (arg == "--workloads") {
       const std::string list = value();
       opt.workloads.clear();
-      if (list != "all") {
+      opt.all_workloads = list == "all";
+      if (list != "all" && list != "default") {
         std::stringstream ss(list);
         std::string name;
         while (std::getline(ss, name, ',')) {
           if (name.empty()) continue;
-          const bool known = std::any_of(table.begin(), table.end(), [&](const Workload& w) { return w.name == name; });
-          if (!known) throw UsageError("--workloads: unknown workload \"" + name + "\"");
           if (std::find(opt.workloads.begin(), opt.workloads.end(), name) == opt.workloads.end()) {
             opt.workloads.push_back(name);
           }
         }
-        if (opt.workloads.empty()) throw UsageError("--workloads: empty list (use all or names)");
+        if (opt.workloads.empty()) throw UsageError("--workloads: empty list (use default, all or names)");
       }
     } else if (arg == "--backend") {
       opt.backend = value();
@@ -1094,12 +1346,24 @@ Options parse_flags(int argc, char** argv, const std::vector<Workload>& table, b
   return opt;
 }
 
-// The workloads to run, in table order; a mixed workload brings its parts.
+// Every name of --workloads must be in the file: an unknown one is a usage error naming it and
+// the allowed set.
+void check_workload_names(const std::vector<Workload>& table, const Options& opt) {
+  for (const std::string& name : opt.workloads) {
+    if (std::any_of(table.begin(), table.end(), [&](const Workload& w) { return w.name == name; })) continue;
+    std::string allowed = "default, all";
+    for (const Workload& w : table) allowed += ", " + w.name;
+    throw UsageError("--workloads: unknown workload \"" + name + "\" in " + opt.workload_file + " (allowed: " + allowed + ")");
+  }
+}
+
+// The workloads to run, in file order: the named ones, or every non-helper entry (all), or the
+// default ones; a mixed workload brings its parts.
 std::vector<const Workload*> selected(const std::vector<Workload>& table, const Options& opt) {
   std::vector<std::string> names = opt.workloads;
   if (names.empty()) {
     for (const Workload& w : table) {
-      if (!w.helper) names.push_back(w.name);
+      if (!w.helper && (opt.all_workloads || w.is_default)) names.push_back(w.name);
     }
   }
   for (const Workload& w : table) {
@@ -1124,17 +1388,30 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<Workload> table = workload_table();
+  std::vector<Workload> table;
   Options opt;
+  bool help = false;
   try {
-    bool help = false;
-    opt = parse_flags(argc, argv, table, help);
-    if (help) {
-      std::cout << usage(table);
-      return 0;
-    }
+    opt = parse_flags(argc, argv, help);
   } catch (const UsageError& e) {
-    std::cerr << "attnkit_attention_bench: " << e.what() << "\n" << usage(table);
+    std::cerr << "attnkit_attention_bench: " << e.what() << "\n" << usage(nullptr);
+    return 2;
+  }
+  try {
+    table = load_workloads(opt.workload_file);
+  } catch (const WorkloadFileError& e) {
+    std::cerr << "attnkit_attention_bench: " << e.what() << "\n";
+    if (help) std::cout << usage(nullptr);
+    return 2;
+  }
+  if (help) {
+    std::cout << usage(&table);
+    return 0;
+  }
+  try {
+    check_workload_names(table, opt);
+  } catch (const UsageError& e) {
+    std::cerr << "attnkit_attention_bench: " << e.what() << "\n";
     return 2;
   }
 
@@ -1181,6 +1458,7 @@ int main(int argc, char** argv) {
       r.status = "ERROR";
       r.error = e.what();
     }
+    if (r.status == "REFUSED") std::cerr << "  " << w->name << ": REFUSED: " << r.error << "\n";
     if (r.status == "ERROR") {
       std::cerr << "  " << w->name << ": ERROR: " << r.error << "\n";
       // A sticky error (e.g. an illegal address) leaves the context unusable for what follows.
@@ -1208,7 +1486,9 @@ int main(int argc, char** argv) {
         sum += it->us.median;
       }
     }
-    if (!valid(r)) {
+    if (w.parts.empty()) {
+      r.mixed_ratio_note = "no parts named in the workload file";
+    } else if (!valid(r)) {
       r.mixed_ratio_note = "the mixed workload has no valid time";
     } else if (!missing.empty()) {
       r.mixed_ratio_note = "no valid time for " + missing;
@@ -1220,7 +1500,8 @@ int main(int argc, char** argv) {
   const std::string md = markdown(cond, ceil, opt, results);
   std::cout << md;
   int rc = 0;
-  for (const Result& r : results) rc = (r.status == "OK") ? rc : 1;
+  // A refusal is an answer (the backend cannot run the configuration), not a failure.
+  for (const Result& r : results) rc = (r.status == "OK" || r.status == "REFUSED") ? rc : 1;
   if (opt.out_dir) {
     try {
       const std::filesystem::path dir(*opt.out_dir);
