@@ -629,6 +629,7 @@ struct Options {
   int warmup = 5;
   std::optional<std::string> out_dir;
   bool check = true;
+  bool list = false;  // --list: print the selected workloads' sizes as JSON, run nothing
 };
 
 attnkit::LayerSpec layer_spec(const Workload& w, std::optional<attnkit::KVLayout> kv_layout) {
@@ -1254,7 +1255,8 @@ std::string usage(const std::vector<Workload>* table) {
       "  --iters      timed iterations per workload, >= 1 (default 30)\n"
       "  --warmup     warm-up iterations, >= 0 (default 5)\n"
       "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
-      "  --no-check   skip the comparison with GPU_REFERENCE\n";
+      "  --no-check   skip the comparison with GPU_REFERENCE\n"
+      "  --list       print the selected workloads with the sizes the rates use (JSON) and exit; no GPU needed\n";
   if (table) {
     text += "workloads (* = default):\n";
     for (const Workload& w : *table) {
@@ -1336,6 +1338,9 @@ Options parse_flags(int argc, char** argv, bool& help) {
     } else if (arg == "--out") {
       opt.out_dir = value();
       if (opt.out_dir->empty()) throw UsageError("--out: empty directory name");
+    } else if (arg == "--list") {
+      if (inline_value) throw UsageError("--list takes no value");
+      opt.list = true;
     } else if (arg == "--no-check") {
       if (inline_value) throw UsageError("--no-check takes no value");
       opt.check = false;
@@ -1413,6 +1418,18 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "attnkit_attention_bench: " << e.what() << "\n";
     return 2;
+  }
+
+  if (opt.list) {
+    json list = json::array();
+    for (const Workload* w : selected(table, opt)) {
+      const Shape sh = shape_of(*w);
+      list.push_back({{"name", w->name}, {"num_reqs", sh.num_reqs}, {"num_tokens", sh.tokens},
+                      {"max_seq_len", sh.max_seq}, {"num_kv_blocks", sh.num_blocks}, {"max_pages", sh.max_pages},
+                      {"kv_bytes_read", sh.kv_bytes}, {"flops", sh.flops}});
+    }
+    std::cout << list.dump(1) << "\n";
+    return 0;
   }
 
   // The GPU, the conditions and the ceilings: any failure here means there is no usable GPU.

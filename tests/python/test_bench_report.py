@@ -256,3 +256,34 @@ def test_shape_of_window_and_shared_prefix(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(wl.WorkloadError, match="shared_prefix"):
         wl.load(path)
+
+
+def _bench_binary():
+    """The C++ bench of this build tree (<build>/bench/attnkit_attention_bench beside <build>/python on
+    PYTHONPATH), or ATTNKIT_BENCH_BINARY. It exists in CUDA builds only."""
+    if os.environ.get("ATTNKIT_BENCH_BINARY"):
+        return Path(os.environ["ATTNKIT_BENCH_BINARY"])
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        candidate = Path(entry).parent / "bench" / "attnkit_attention_bench"
+        if entry and candidate.is_file():
+            return candidate
+    return None
+
+
+def test_the_cpp_bench_sizes_every_workload_as_python_does():
+    import subprocess
+
+    binary = _bench_binary()
+    if binary is None:
+        pytest.skip("no attnkit_attention_bench in this build (a CUDA build has one; ATTNKIT_BENCH_BINARY names one)")
+    listed = json.loads(subprocess.run([str(binary), "--list", "--workloads", "all", "--workload-file",
+                                        str(SOURCE / "bench/workloads.json")],
+                                       check=True, capture_output=True, text=True).stdout)
+    table = {w.name: w for w in wl.load()}
+    assert {e["name"] for e in listed} == set(table)
+    for e in listed:
+        sh = wl.shape_of(table[e["name"]])
+        assert (e["num_reqs"], e["num_tokens"], e["max_seq_len"], e["num_kv_blocks"], e["max_pages"]) == \
+            (sh.num_reqs, sh.tokens, sh.max_seq, sh.num_blocks, sh.max_pages), e["name"]
+        assert e["kv_bytes_read"] == pytest.approx(sh.kv_bytes), e["name"]
+        assert e["flops"] == pytest.approx(sh.flops), e["name"]
