@@ -389,8 +389,8 @@ def plot_series(points):
             batch, ctx = g["count"], g["num_computed_tokens"] + 1
             if r.get("gb_per_s"):
                 series["decode"].setdefault(batch, {}).setdefault(system, []).append((ctx, r["gb_per_s"]))
-            if r.get("host_step_us"):
-                series["host"].setdefault(ctx, {}).setdefault(system, []).append((batch, r["host_step_us"]))
+            if r.get("host_step_us"):  # one panel: the host path's cost grows with requests (and pages)
+                series["host"].setdefault("every context", {}).setdefault(system, []).append((batch, r["host_step_us"]))
         elif plain(shape, "prefill"):
             g = shape["requests"][0]
             if g["count"] == 1 and g["num_computed_tokens"] == 0 and r.get("tflop_per_s"):
@@ -421,12 +421,12 @@ def make_plots(results_dir: Path, table, log_dirs=()):
     written = []
     specs = {"decode": ("context length (tokens)", "KV read (GB/s)", "batch {}", True),
              "prefill": ("sequence length (tokens)", "TFLOP/s", "causal prefill, batch {}", True),
-             "host": ("batch size (requests)", "host us per step (prepare_step)", "decode, context {}", True)}
+             "host": ("batch size (requests)", "host us per step (prepare_step)", "decode workloads, {}", True)}
     for plot, groups in series.items():
         if not groups:
             continue
         xlabel, ylabel, title, logx = specs[plot]
-        keys = sorted(groups)
+        keys = sorted(groups, key=str)
         cols = min(3, len(keys))
         rows = math.ceil(len(keys) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
@@ -434,7 +434,9 @@ def make_plots(results_dir: Path, table, log_dirs=()):
             ax.set_visible(False)
         for ax, key in zip(axes.flat, keys):
             for system, pts in sorted(groups[key].items()):
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=system)
+                # Host points of different contexts share a batch size: markers only, no line.
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=system,
+                        linestyle="none" if plot == "host" else "-")
             if logx:
                 ax.set_xscale("log", base=2)
             ax.set_title(title.format(key))
@@ -491,8 +493,11 @@ def main(argv=None):
         print("\n".join(console_lines(session)))
         print(f"wrote {md_path} and {json_path}", file=sys.stderr)
         if not args.no_plots:
-            for p in make_plots(results, wl.load(args.workload_file), args.log_dir):
-                print(f"wrote {p}", file=sys.stderr)
+            try:
+                for p in make_plots(results, wl.load(args.workload_file), args.log_dir):
+                    print(f"wrote {p}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001  (the plots are optional; the tables and README are not)
+                print(f"report.py: plots failed: {type(e).__name__}: {e}", file=sys.stderr)
         # The README names the plots that exist (written now or by an earlier run with matplotlib).
         plots = [results / "plots" / name for name in PLOTS.values() if (results / "plots" / name).exists()]
         if not args.no_readme:

@@ -171,7 +171,7 @@ def test_plot_series_from_the_log(session_files, tmp_path):
     assert decode["VARLEN"] == [(4096, pytest.approx(10000.0))]
     assert decode["CUDNN"] == [(4096, pytest.approx(4000.0))]
     assert "torch-sdpa-flash (contiguous KV, no paging)" not in decode  # its check failed
-    assert series["host"][4096]["VARLEN"] == [(1, 10.0)]
+    assert series["host"]["every context"]["VARLEN"] == [(1, 10.0)]
     assert series["prefill"][1]["torch-sdpa-flash (contiguous KV, no paging)"] == [(4096, pytest.approx(2000.0))]
 
 
