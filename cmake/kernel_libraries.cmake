@@ -67,7 +67,9 @@ if(ATTNKIT_WITH_FLASHINFER)
   # BEFORE: the bundled CCCL must shadow the toolkit's.
   target_include_directories(attnkit_flashinfer_headers SYSTEM BEFORE INTERFACE
     "${data}/cccl/libcudacxx/include" "${data}/cccl/cub" "${data}/cccl/thrust"
-    "${data}/include" "${data}/cutlass/include")
+    "${data}/include" "${data}/cutlass/include"
+    # The Hopper (FA3) headers include CUTLASS's utilities too.
+    "${data}/cutlass/tools/util/include")
   set(ATTNKIT_FLASHINFER_VERSION "${attnkit_flashinfer_version}")
 endif()
 if(ATTNKIT_WITH_CUDNN)

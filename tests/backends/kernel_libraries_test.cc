@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "attnkit/platform/platform.h"
 
@@ -47,14 +48,61 @@ TEST(FlashInferBackend, IsRegisteredWithThePinnedVersion) {
 
 TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   const BackendCaps& caps = FlashInferBackend::caps();
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3}) {
-    for (int head_size = 16; head_size <= 512; head_size += 16) {
-      const bool declared = std::find(caps.dtypes.begin(), caps.dtypes.end(), dtype) != caps.dtypes.end() &&
-                            std::find(caps.head_sizes.begin(), caps.head_sizes.end(), head_size) != caps.head_sizes.end();
-      EXPECT_EQ(declared, kernels::flashinfer_prefill_instantiated(dtype, head_size))
-          << to_string(dtype) << " head size " << head_size;
+  const auto in = [](const auto& set, auto value) { return std::find(set.begin(), set.end(), value) != set.end(); };
+  const VariantCaps* fa2 = find_variant(caps, kFlashInferFa2Variant);
+  const VariantCaps* fa3 = find_variant(caps, kFlashInferFa3Variant);
+  ASSERT_NE(fa2, nullptr);
+  ASSERT_NE(fa3, nullptr);
+  EXPECT_EQ(caps.variants.front().variant, kFlashInferFa3Variant) << "FA3 is preferred where it covers a layer";
+  const std::vector<DType> dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3, DType::kFp8E5M2};
+  for (DType dtype : dtypes) {
+    for (DType kv : dtypes) {
+      for (int head_size = 16; head_size <= 512; head_size += 16) {
+        AttentionConfig config;
+        config.dtype = dtype;
+        config.kv_cache_dtype = kv;
+        config.head_size = head_size;
+        bool backend = in(caps.dtypes, dtype) && in(caps.kv_cache_dtypes, kv) && in(caps.head_sizes, head_size);
+        for (const CombinationRule& rule : caps.combination_rules) backend = backend && !rule.violated(config);
+        const std::string what = std::string(to_string(dtype)) + " queries, " + std::string(to_string(kv)) +
+                                 " KV, head size " + std::to_string(head_size);
+        EXPECT_EQ(backend, kernels::flashinfer_prefill_instantiated(dtype, kv, head_size)) << what << " (fa2-paged)";
+        const bool fa3_declared = backend && (fa3->dtypes.empty() || in(fa3->dtypes, dtype)) &&
+                                  (fa3->kv_cache_dtypes.empty() || in(fa3->kv_cache_dtypes, kv)) &&
+                                  (fa3->head_sizes.empty() || in(fa3->head_sizes, head_size));
+        EXPECT_EQ(fa3_declared, kv == dtype && kernels::flashinfer_fa3_instantiated(dtype, head_size))
+            << what << " (fa3-paged)";
+      }
     }
   }
+  EXPECT_TRUE(fa2->head_sizes.empty() && fa2->dtypes.empty() && !fa2->features) << "fa2-paged covers the backend's sets";
+  ASSERT_TRUE(fa3->features.has_value());
+  EXPECT_FALSE(fa3->features->has(Feature::kSlidingWindow)) << "no windowed FA3 kernel is instantiated";
+  EXPECT_FALSE(fa3->features->has(Feature::kSoftCap)) << "no soft-capped FA3 kernel is instantiated";
+  EXPECT_TRUE(fa3->features->has(Feature::kReturnLse));
+}
+
+TEST(FlashInferBackend, TheFa3VariantRefusesLayersOnlyTheFa2TemplateRuns) {
+  LayerParams p;
+  p.dtype = p.kv_cache_dtype = DType::kBFloat16;
+  p.sliding_window = 64;
+  try {
+    FlashInferBackend::make_impl(p, kFlashInferFa3Variant);
+    FAIL() << "a windowed layer was given the FA3 kernel, which has no window";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "kernel variant");
+  }
+  EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa2Variant));
+  p.sliding_window.reset();
+  EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa3Variant));
+  p.kv_cache_dtype = DType::kFp8E4M3;
+  try {
+    FlashInferBackend::make_impl(p, kFlashInferFa3Variant);
+    FAIL() << "an fp8 KV layer was given the FA3 kernel, instantiated for 16-bit KV only";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "kv_cache_dtype");
+  }
+  EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa2Variant));
 }
 
 TEST(FlashInferBackend, MakeImplRefusesWhatItsKernelsDoNotCoverNamingTheField) {
@@ -67,12 +115,17 @@ TEST(FlashInferBackend, MakeImplRefusesWhatItsKernelsDoNotCoverNamingTheField) {
     return "";
   };
   LayerParams p;
-  p.dtype = p.kv_cache_dtype = DType::kBFloat16;
-  p.kv_cache_dtype = DType::kFp8E4M3;
+  p.dtype = DType::kBFloat16;
+  p.kv_cache_dtype = DType::kFloat16;
   EXPECT_EQ(field_of(p), "kv_cache_dtype + dtype");
+  p.kv_cache_dtype = DType::kFp8E5M2;
+  EXPECT_EQ(field_of(p), "kv_cache_dtype + dtype") << "fp8 e5m2 is not instantiated";
+  p.kv_cache_dtype = DType::kFp8E4M3;
+  p.head_size = 64;
+  EXPECT_EQ(field_of(p), "kv_cache_dtype + head_size");
   p.kv_cache_dtype = DType::kBFloat16;
   p.head_size = 96;
-  EXPECT_EQ(field_of(p), "head_size/dtype");
+  EXPECT_EQ(field_of(p), "head_size/dtype/kv_cache_dtype");
   p.head_size = 128;
   p.sinks.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
   EXPECT_EQ(field_of(p), "sinks") << "its kernels have no sink term: never ignored silently";
@@ -111,6 +164,23 @@ TEST(FlashInferPrefill, RefusesAPlanOrRunItCannotMakeBeforeAnyCudaCall) {
   EXPECT_EQ(kernels::flashinfer_prefill_run(run, kernels::FlashInferPrefillPlan{}, nullptr).cuda_error,
             cudaErrorInvalidValue)
       << "a run without a plan";
+  const auto fa3_refused = [](const kernels::FlashInferPrefillBatch& b, const std::int32_t* kv_lens) {
+    kernels::FlashInferFa3Plan plan;
+    return kernels::flashinfer_fa3_plan(b, kv_lens, {}, &plan).cuda_error == cudaErrorInvalidValue && !plan.planned;
+  };
+  const std::int32_t kv_lens[] = {40, 30};
+  EXPECT_TRUE(fa3_refused(good, nullptr)) << "an FA3 plan without host KV lengths";
+  b = good;
+  b.batch_size = 0;
+  EXPECT_TRUE(fa3_refused(b, kv_lens)) << "an empty FA3 sub-batch";
+  b = good;
+  b.total_rows = 4096 * 128;
+  EXPECT_TRUE(fa3_refused(b, kv_lens)) << "a step FlashInfer would plan with the schedule not instantiated";
+  EXPECT_FALSE(kernels::flashinfer_fa3_supported_step(1, 4096 * 128 + 1));
+  EXPECT_TRUE(kernels::flashinfer_fa3_supported_step(256, 16384));
+  run.window_left = 31;
+  EXPECT_EQ(kernels::flashinfer_fa3_run(run, kernels::FlashInferFa3Plan{}, nullptr).cuda_error, cudaErrorInvalidValue)
+      << "an FA3 run without a plan, or with a window";
 }
 #endif
 

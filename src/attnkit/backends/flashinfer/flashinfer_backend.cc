@@ -10,8 +10,11 @@
 namespace attnkit {
 
 namespace {
-// The instantiations read K and V of the query dtype (no fp8 KV instantiated yet).
-bool kv_of_other_dtype(const AttentionConfig& c) { return c.kv_cache_dtype != c.dtype; }
+// KV is instantiated in the query dtype, or as fp8 e4m3 for either query dtype.
+bool kv_neither_query_dtype_nor_e4m3(const AttentionConfig& c) {
+  return c.kv_cache_dtype != c.dtype && c.kv_cache_dtype != DType::kFp8E4M3;
+}
+bool fp8_kv_at_head_size_64(const AttentionConfig& c) { return is_fp8(c.kv_cache_dtype) && c.head_size == 64; }
 }  // namespace
 
 const BackendCaps& FlashInferBackend::caps() {
@@ -25,12 +28,26 @@ const BackendCaps& FlashInferBackend::caps() {
     fa2.summary =
         "FlashInfer's FA2-template paged prefill for both sub-batches (decodes as one-row queries on tensor cores), "
         "its PrefillPlan and split-KV merge";
-    c.variants = {fa2};
+    // Preferred where it covers the layer: FlashInfer's Hopper template for prefills (the issue's
+    // 1 x 16384 causal prefill: 546 TFLOP/s against the FA2 template's 357 on this card). It has no
+    // window or soft-cap instantiated: such layers resolve to fa2-paged, by the same rules at
+    // selection as in make_impl.
+    VariantCaps fa3;
+    fa3.variant = kFlashInferFa3Variant;
+    fa3.summary =
+        "decodes through the FA2 template (one-row queries), prefills and extends through FlashInfer's FA3 template "
+        "(Hopper: warp-specialized, wgmma) and its PrefillSM90Plan; causal, no window or soft-cap";
+    const std::span<const int> fa3_heads = kernels::flashinfer_fa3_head_sizes();
+    fa3.head_sizes = {fa3_heads.begin(), fa3_heads.end()};
+    fa3.features = FeatureSet{Feature::kReturnLse};
+    fa3.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};  // fp8 KV layers run the FA2 template
+    fa3.cuda_compute_capability = ComputeCapabilityRange{90, 90};
+    c.variants = {fa3, fa2};
     c.platforms = {PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};
     c.dtypes = {DType::kFloat16, DType::kBFloat16};
-    c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};
+    c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3};
     const std::span<const int> head_sizes = kernels::flashinfer_prefill_head_sizes();
     c.head_sizes = {head_sizes.begin(), head_sizes.end()};
     c.block_sizes.multiple_of = 1;  // FlashInfer divides by the page size at run time
@@ -40,7 +57,10 @@ const BackendCaps& FlashInferBackend::caps() {
     c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // FlashInfer's plan reads the CSR lengths on the host
     c.combination_rules = {
-        {"kv_cache_dtype + dtype", &kv_of_other_dtype, "the instantiated kernels read KV in the query dtype"}};
+        {"kv_cache_dtype + dtype", &kv_neither_query_dtype_nor_e4m3,
+         "the kernels read KV in the query dtype or as fp8 e4m3 (instantiated for both query dtypes)"},
+        {"kv_cache_dtype + head_size", &fp8_kv_at_head_size_64,
+         "FlashInfer's FA2 template loads fp8 KV tiles for head sizes above 64 only"}};
     c.forward_includes_kv_update = false;
     // Decode-only steps of a capture shape are planned in FlashInfer's CUDA-graph mode (see the
     // builder); mixed steps run eagerly between the graph's pieces.

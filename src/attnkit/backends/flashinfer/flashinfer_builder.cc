@@ -42,6 +42,14 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
     max_rows = std::max(max_rows, size);
   }
   int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
+  fa3_ = ctx.variant == kFlashInferFa3Variant;
+  if (fa3_) {
+    ATTNKIT_REQUIRE(kernels::flashinfer_fa3_supported_step(max_reqs, max_tokens), "max_num_tokens/max_num_reqs",
+                    str(max_tokens) + "/" + str(max_reqs), "at most 4096 query tiles of 128 rows per head",
+                    "FlashInfer's SM90 plan would switch to a schedule the fa3-paged variant does not instantiate");
+    int_bytes_ = std::max(int_bytes_, kernels::flashinfer_fa3_int_bytes_bound(max_reqs, max_tokens, ctx.num_q_heads,
+                                                                              ctx.head_size, sms));
+  }
 
   WorkspaceLayout layout;
   const std::size_t indptr = layout.add<std::int32_t>(sz(max_reqs) + 1);
@@ -70,6 +78,7 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   ATTNKIT_REQUIRE(copy_stream_ != nullptr, "FLASHINFER copy stream", "not created", "a CUDA stream");
 
   FlashInferMetadata& m = metadata_;
+  m.variant = ctx.variant;
   m.page_size = ctx.kernel_block_size;
   m.num_q_heads = ctx.num_q_heads;
   m.num_kv_heads = ctx.num_kv_heads;
@@ -102,11 +111,13 @@ void FlashInferMetadataBuilder::pad_decode_requests(std::int32_t num_reqs, std::
 }
 
 void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
-                                               const WorkspaceRegion<std::int32_t>& qo,
+                                               bool fa3, const WorkspaceRegion<std::int32_t>& qo,
                                                const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out) {
   out.batch = batch;
   out.launch_reqs = launch_reqs;
   out.plan = {};
+  out.uses_fa3 = fa3;
+  out.fa3_plan = {};
   out.qo_indptr = qo.device;
   out.kv_indptr = indptr_.device + batch.first_request;
   out.kv_last_page_len = last_page_len_.device + batch.first_request;
@@ -130,7 +141,11 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::in
   w.int_pinned = ints.host;
   w.int_bytes = int_bytes_;
   w.copy_stream = copy_stream_;
-  kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
+  if (fa3) {
+    kernels::check_launch(kernels::flashinfer_fa3_plan(b, seq_lens_.host + batch.first_request, w, &out.fa3_plan));
+  } else {
+    kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
+  }
 }
 
 const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_prefix_len,
@@ -164,8 +179,9 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     device_block_table_ = common.block_table.data.data();
     block_table_stride_ = common.block_table.row_stride;
   }
-  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, decode_qo_, decode_ints_, m.decode);
-  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, prefill_qo_, prefill_ints_, m.prefill);
+  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, /*fa3=*/false, decode_qo_, decode_ints_, m.decode);
+  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, fa3_, prefill_qo_, prefill_ints_,
+                 m.prefill);
   m.output_rows = m.graph_plan ? decode_launch : m.step.num_actual_tokens;
   // A graph plan copies the small CSR arrays whole (a size fixed at start-up) and gathers its page
   // indices on the device; an eager plan copies exactly the used bytes, indices included.
@@ -189,8 +205,8 @@ void FlashInferMetadataBuilder::enqueue(Stream stream) {
     p.indices = indices_.device;
     kernels::check_launch(kernels::launch_gather_csr_indices(p, stream.handle));
   }
-  workspace_.upload_range(decode_ints_.offset, metadata_.decode.plan.int_bytes_used, stream);
-  workspace_.upload_range(prefill_ints_.offset, metadata_.prefill.plan.int_bytes_used, stream);
+  workspace_.upload_range(decode_ints_.offset, metadata_.decode.int_upload_bytes(), stream);
+  workspace_.upload_range(prefill_ints_.offset, metadata_.prefill.int_upload_bytes(), stream);
 }
 
 void FlashInferMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {

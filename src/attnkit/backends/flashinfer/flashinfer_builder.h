@@ -47,13 +47,14 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
-  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
+  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, bool fa3,
                       const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
                       FlashInferSubPlan& out);
   bool is_capture_size(std::int32_t num_tokens_padded) const;
   void pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded);
 
   BuilderContext context_;
+  bool fa3_ = false;  // the fa3-paged variant: prefills through the FA3 template
   std::int32_t max_blocks_per_req_ = 0;
   std::int32_t window_left_ = -1;
   std::size_t int_bytes_ = 0;

@@ -1,5 +1,6 @@
 #include "attnkit/backends/flashinfer/flashinfer_impl.h"
 
+#include <algorithm>
 #include <string>
 
 #include "attnkit/backends/device_layer_io.h"
@@ -15,11 +16,32 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 
 FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
   check_layer_params(FlashInferBackend::caps(), params, PlatformKind::kCuda);
-  ATTNKIT_REQUIRE(kernels::flashinfer_prefill_instantiated(params.dtype, params.head_size), "head_size/dtype",
-                  str(params.head_size) + "/" + std::string(to_string(params.dtype)),
+  ATTNKIT_REQUIRE(kernels::flashinfer_prefill_instantiated(params.dtype, params.kv_cache_dtype, params.head_size),
+                  "head_size/dtype/kv_cache_dtype",
+                  str(params.head_size) + "/" + std::string(to_string(params.dtype)) + "/" +
+                      std::string(to_string(params.kv_cache_dtype)),
                   "an instantiated combination (see attnkit backends)");
+  // The variant's own declaration (the selector resolves the same one from it).
+  const VariantCaps& declared = require_declared_variant(FlashInferBackend::caps(), variant);
+  if (declared.features) {
+    const FeatureSet needed = params.required_features();
+    ATTNKIT_REQUIRE((needed.bits() & ~declared.features->bits()) == 0, "kernel variant", std::string(variant.name),
+                    "a variant whose features cover the layer's", "fa2-paged runs sliding windows and soft-caps");
+  }
+  if (!declared.kv_cache_dtypes.empty()) {
+    ATTNKIT_REQUIRE(std::find(declared.kv_cache_dtypes.begin(), declared.kv_cache_dtypes.end(), params.kv_cache_dtype) !=
+                        declared.kv_cache_dtypes.end(),
+                    "kv_cache_dtype", std::string(to_string(params.kv_cache_dtype)), "the variant's KV dtypes",
+                    std::string(variant.name));
+  }
+  if (!declared.head_sizes.empty()) {
+    ATTNKIT_REQUIRE(std::find(declared.head_sizes.begin(), declared.head_sizes.end(), params.head_size) !=
+                        declared.head_sizes.end(),
+                    "head_size", str(params.head_size), "the variant's instantiated head sizes", std::string(variant.name));
+  }
   kernels::FlashInferPrefillRun& r = run_;
   r.dtype = params.dtype;
+  r.kv_dtype = params.kv_cache_dtype;
   r.logits = params.soft_cap ? kernels::FlashInferLogits::kSlidingWindowSoftCap
              : params.sliding_window ? kernels::FlashInferLogits::kSlidingWindow
                                      : kernels::FlashInferLogits::kPlain;
@@ -43,6 +65,8 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
                   "flashinfer plan heads", str(md.num_q_heads) + "/" + str(md.num_kv_heads) + " x " + str(md.head_size),
                   str(params_.num_q_heads) + "/" + str(params_.num_kv_heads) + " x " + str(params_.head_size),
                   "FlashInfer plans for its group's layer shape");
+  ATTNKIT_REQUIRE(md.variant == variant_, "flashinfer plan variant", std::string(md.variant.name),
+                  std::string(variant_.name), "a plan runs with the kernels it was made for");
   // A graph plan also runs the padding requests' rows (a fixed count the graph bakes in).
   const std::int64_t rows = md.output_rows;
   const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
@@ -67,12 +91,16 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
   r.stride_token = kv_cache.stride_token;
   r.stride_head = kv_cache.stride_head;
   r.kv_indices = md.kv_indices;
+  // K8: stored value x scale = real value. FlashInfer's kernels take no KV scales: k_scale folds
+  // into the softmax scale, v_scale multiplies the output afterwards.
+  r.sm_scale = run_.sm_scale * kv_cache.k_scale;
   r.float_buffer = md.float_buffer;
   const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
   for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
     if (sub->launch_reqs == 0) continue;
     const std::int64_t first = sub->batch.first_token;
     r.batch_size = sub->launch_reqs;
+    r.rows = sub == &md.decode ? sub->launch_reqs : sub->batch.num_tokens;
     r.q = static_cast<const char*>(query.data) + first * query.stride[0] * elem;
     r.o = static_cast<char*>(output.data) + first * output.stride[0] * elem;
     r.lse = lse.empty() ? nullptr : static_cast<float*>(lse.data) + first * heads;
@@ -80,7 +108,12 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
     r.kv_indptr = sub->kv_indptr;
     r.kv_last_page_len = sub->kv_last_page_len;
     r.int_buffer = sub->int_buffer;
-    kernels::check_launch(kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
+    kernels::check_launch(sub->uses_fa3 ? kernels::flashinfer_fa3_run(r, sub->fa3_plan, stream.handle)
+                                        : kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
+  }
+  if (kv_cache.v_scale != 1.0f) {
+    kernels::check_launch(kernels::flashinfer_scale_output(output.data, params_.dtype, rows, heads * d,
+                                                           kv_cache.v_scale, stream.handle));
   }
   if (!lse.empty()) {
     kernels::check_launch(

@@ -24,12 +24,20 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.flag("cuda_graph", s.plan.cuda_graph);
   v.scalar("int_bytes", static_cast<std::int64_t>(s.plan.int_bytes_used));
   v.end_object();
+  if (s.uses_fa3) {
+    v.begin_object("flashinfer_fa3_plan");
+    v.flag("planned", s.fa3_plan.planned);
+    v.scalar("num_works", s.fa3_plan.num_works);
+    v.scalar("int_bytes", static_cast<std::int64_t>(s.fa3_plan.int_bytes_used));
+    v.end_object();
+  }
   v.end_object();
 }
 }  // namespace
 
 void FlashInferMetadata::visit(FieldVisitor& v) const {
   v.text("backend", owner().name);
+  v.text("variant", variant.name);
   v.scalar("num_reqs", step.num_reqs);
   v.scalar("num_actual_tokens", step.num_actual_tokens);
   v.scalar("num_decodes", step.decode.num_reqs);

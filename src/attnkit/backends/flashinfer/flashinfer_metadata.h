@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/backends/capabilities.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 #include "attnkit/metadata/csr_page_table.h"
 #include "attnkit/metadata/metadata.h"
@@ -18,7 +19,11 @@ struct FlashInferSubPlan {
   // The requests the kernel is launched over: batch.num_reqs, or in a CUDA-graph plan the step's
   // padded request count (padding requests have one query row and no keys).
   std::int32_t launch_reqs = 0;
-  kernels::FlashInferPrefillPlan plan;
+  kernels::FlashInferPrefillPlan plan;  // the FA2 template's
+  // The fa3-paged variant's prefill sub-batch runs the FA3 template from FlashInfer's SM90 plan.
+  bool uses_fa3 = false;
+  kernels::FlashInferFa3Plan fa3_plan;
+  std::size_t int_upload_bytes() const { return uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used; }
   std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
   std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr
   std::int32_t* kv_last_page_len = nullptr;  // device, the batch's slice
@@ -29,6 +34,7 @@ struct FlashInferMetadata final : AttentionMetadata {
   explicit FlashInferMetadata(const BackendCaps& owner) : AttentionMetadata(owner) {}
 
   CsrStep step;
+  KernelVariant variant;  // the builder's (and so the impl's) kernel variant
   // A decode-only step of a capture shape: planned in FlashInfer's CUDA-graph mode over the padded
   // requests, so a graph captured at one such step replays every later one (C1
   // kUniformSingleTokenDecode). Its kernels write `output_rows` = the padded request count.

@@ -2,11 +2,13 @@
 // -> the instantiation in flashinfer_prefill_<dtype>_d<head>.cu), plus the LSE unit conversion.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include <flashinfer/attention/scheduler.cuh>
 
@@ -14,12 +16,26 @@
 
 namespace attnkit::kernels {
 
-template <class Element, std::uint32_t kHeadDim>
+template <class Element, class KVElement, std::uint32_t kHeadDim>
 LaunchStatus run_flashinfer_prefill(const FlashInferPrefillRun&, const FlashInferPrefillPlan&, cudaStream_t);
+template <class Element, std::uint32_t kHeadDim>
+LaunchStatus run_flashinfer_fa3(const FlashInferPrefillRun&, const FlashInferFa3Plan&, cudaStream_t);
 
 namespace {
 constexpr const char* kPlanName = "flashinfer_prefill_plan";
+constexpr const char* kFa3PlanName = "flashinfer_fa3_plan";
+constexpr const char* kFa3RunName = "flashinfer_batch_prefill_paged_sm90";
+// FlashInfer's SM90 plan: query tiles of 128 rows (192 at head size 64), and the per-head
+// schedule only while a head has at most 4096 work items.
+constexpr std::int64_t kFa3MinTileRows = 128;
+constexpr std::int64_t kFa3MaxWorksPerHead = 4096;
 constexpr const char* kLseName = "flashinfer_lse_to_natural";
+
+template <class Element>
+__global__ void scale_output_kernel(Element* out, std::int64_t n, float scale) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<Element>(static_cast<float>(out[i]) * scale);
+}
 
 __global__ void lse_to_natural_kernel(float* lse, std::int64_t rows, std::int32_t heads, std::int64_t stride) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -88,30 +104,59 @@ std::span<const int> flashinfer_prefill_head_sizes() {
   return kSizes;
 }
 
-bool flashinfer_prefill_instantiated(DType dtype, int head_size) {
+bool flashinfer_prefill_instantiated(DType dtype, DType kv_dtype, int head_size) {
   const std::span<const int> sizes = flashinfer_prefill_head_sizes();
   return (dtype == DType::kBFloat16 || dtype == DType::kFloat16) &&
+         (kv_dtype == dtype || (kv_dtype == DType::kFp8E4M3 && head_size != 64)) &&
          std::find(sizes.begin(), sizes.end(), head_size) != sizes.end();
 }
 
-template <class Element>
+template <class Element, class KVElement>
 LaunchStatus run_for_head_size(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, cudaStream_t s) {
   switch (r.head_size) {
-    case 128: return run_flashinfer_prefill<Element, 128>(r, plan, s);
+    case 128: return run_flashinfer_prefill<Element, KVElement, 128>(r, plan, s);
 #if ATTNKIT_FLASHINFER_ALL_HEAD_SIZES
-    case 64: return run_flashinfer_prefill<Element, 64>(r, plan, s);
-    case 256: return run_flashinfer_prefill<Element, 256>(r, plan, s);
+    case 64:
+      if constexpr (std::is_same_v<Element, KVElement>) return run_flashinfer_prefill<Element, KVElement, 64>(r, plan, s);
+      break;
+    case 256: return run_flashinfer_prefill<Element, KVElement, 256>(r, plan, s);
 #endif
-    default: return {static_cast<int>(cudaErrorInvalidValue), "flashinfer_batch_prefill_paged"};
+    default: break;
   }
+  return {static_cast<int>(cudaErrorInvalidValue), "flashinfer_batch_prefill_paged"};
+}
+
+template <class Element>
+LaunchStatus run_for_kv(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, cudaStream_t s) {
+  return r.kv_dtype == DType::kFp8E4M3 ? run_for_head_size<Element, __nv_fp8_e4m3>(r, plan, s)
+                                       : run_for_head_size<Element, Element>(r, plan, s);
 }
 
 LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, void* stream) {
-  if (!plan.planned || !flashinfer_prefill_instantiated(r.dtype, r.head_size)) {
+  if (!plan.planned || !flashinfer_prefill_instantiated(r.dtype, r.kv_dtype, r.head_size)) {
     return {static_cast<int>(cudaErrorInvalidValue), "flashinfer_batch_prefill_paged"};
   }
   const auto s = static_cast<cudaStream_t>(stream);
-  return r.dtype == DType::kBFloat16 ? run_for_head_size<__nv_bfloat16>(r, plan, s) : run_for_head_size<half>(r, plan, s);
+  return r.dtype == DType::kBFloat16 ? run_for_kv<__nv_bfloat16>(r, plan, s) : run_for_kv<half>(r, plan, s);
+}
+
+LaunchStatus flashinfer_scale_output(void* output, DType dtype, std::int64_t rows, std::int64_t row_elems, float scale,
+                                     void* stream) {
+  constexpr const char* kName = "flashinfer_scale_output";
+  const std::int64_t n = rows * row_elems;
+  if (n <= 0) return {0, kName};
+  if (output == nullptr || (dtype != DType::kBFloat16 && dtype != DType::kFloat16)) {
+    return {static_cast<int>(cudaErrorInvalidValue), kName};
+  }
+  constexpr int kThreads = 256;
+  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kBFloat16) {
+    scale_output_kernel<<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(output), n, scale);
+  } else {
+    scale_output_kernel<<<blocks, kThreads, 0, s>>>(static_cast<half*>(output), n, scale);
+  }
+  return {static_cast<int>(cudaGetLastError()), kName};
 }
 
 LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32_t heads, std::int64_t stride,
@@ -122,6 +167,93 @@ LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32
   lse_to_natural_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
                           static_cast<cudaStream_t>(stream)>>>(lse, rows, heads, stride);
   return {static_cast<int>(cudaGetLastError()), kLseName};
+}
+
+// ---- FA3 template ---------------------------------------------------------------------------------
+
+bool flashinfer_fa3_supported_step(std::int32_t max_reqs, std::int32_t max_rows) {
+  return (max_rows + kFa3MinTileRows - 1) / kFa3MinTileRows + max_reqs - 1 <= kFa3MaxWorksPerHead;
+}
+
+LaunchStatus flashinfer_fa3_plan(const FlashInferPrefillBatch& b, const std::int32_t* kv_len_host,
+                                 const FlashInferPlanBuffers& w, FlashInferFa3Plan* plan) {
+  if (plan == nullptr || b.batch_size <= 0 || b.num_kv_heads <= 0 || b.num_q_heads % b.num_kv_heads != 0 ||
+      b.qo_indptr_host == nullptr || b.kv_indptr_host == nullptr || kv_len_host == nullptr || b.page_size <= 0 ||
+      !flashinfer_fa3_supported_step(b.batch_size, b.total_rows)) {
+    return {static_cast<int>(cudaErrorInvalidValue), kFa3PlanName};
+  }
+  try {
+    flashinfer::PrefillPlanSM90Info info;
+    const cudaError_t status = flashinfer::PrefillSM90Plan<std::int32_t>(
+        w.float_buffer, w.float_bytes, w.int_copy_target, w.int_pinned, w.int_bytes, info,
+        const_cast<std::int32_t*>(b.qo_indptr_host), const_cast<std::int32_t*>(b.kv_indptr_host),
+        const_cast<std::int32_t*>(kv_len_host), static_cast<std::uint32_t>(b.total_rows),
+        static_cast<std::uint32_t>(b.batch_size), static_cast<std::uint32_t>(b.num_q_heads),
+        static_cast<std::uint32_t>(b.num_kv_heads), static_cast<std::uint32_t>(b.head_size),
+        static_cast<std::uint32_t>(b.head_size), static_cast<std::uint32_t>(b.page_size), /*causal=*/true,
+        /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, static_cast<cudaStream_t>(w.copy_stream));
+    if (status != cudaSuccess) return {static_cast<int>(status), kFa3PlanName};
+    if (info.same_schedule_for_all_heads) return {static_cast<int>(cudaErrorNotSupported), kFa3PlanName};
+    plan->planned = true;
+    plan->qo_tile_indices_offset = info.qo_tile_indices_offset;
+    plan->qo_indptr_offset = info.qo_indptr_offset;
+    plan->kv_indptr_offset = info.kv_indptr_offset;
+    plan->qo_len_offset = info.qo_len_offset;
+    plan->kv_len_offset = info.kv_len_offset;
+    plan->head_indices_offset = info.head_indices_offset;
+    plan->work_indptr_offset = info.work_indptr_offset;
+    plan->batch_indices_offset = info.batch_indices_offset;
+    // FlashInfer does not report the bytes it used: the batch indices are its last array, one
+    // entry per work item, and work_indptr (in the pinned copy) ends at the number of items.
+    const std::int32_t sms = flashinfer_device_sms();
+    const auto* work_indptr =
+        reinterpret_cast<const std::int32_t*>(static_cast<const char*>(w.int_pinned) + info.work_indptr_offset);
+    plan->num_works = work_indptr[sms];
+    plan->int_bytes_used = static_cast<std::size_t>(info.batch_indices_offset) +
+                           sizeof(std::int32_t) * static_cast<std::size_t>(plan->num_works);
+    return {0, kFa3PlanName};
+  } catch (const std::exception& e) {
+    plan->planned = false;
+    return {static_cast<int>(cudaErrorInvalidValue), kFa3PlanName, remember_flashinfer_error(e.what())};
+  }
+}
+
+std::span<const int> flashinfer_fa3_head_sizes() { return flashinfer_prefill_head_sizes(); }
+
+bool flashinfer_fa3_instantiated(DType dtype, int head_size) {
+  return flashinfer_prefill_instantiated(dtype, dtype, head_size);
+}
+
+template <class Element>
+LaunchStatus run_fa3_for_head_size(const FlashInferPrefillRun& r, const FlashInferFa3Plan& plan, cudaStream_t s) {
+  switch (r.head_size) {
+    case 128: return run_flashinfer_fa3<Element, 128>(r, plan, s);
+#if ATTNKIT_FLASHINFER_ALL_HEAD_SIZES
+    case 64: return run_flashinfer_fa3<Element, 64>(r, plan, s);
+    case 256: return run_flashinfer_fa3<Element, 256>(r, plan, s);
+#endif
+    default: return {static_cast<int>(cudaErrorInvalidValue), kFa3RunName};
+  }
+}
+
+LaunchStatus flashinfer_fa3_run(const FlashInferPrefillRun& r, const FlashInferFa3Plan& plan, void* stream) {
+  if (!plan.planned || !flashinfer_fa3_instantiated(r.dtype, r.head_size) || r.kv_dtype != r.dtype ||
+      r.window_left >= 0 || r.soft_cap != 0.0f || r.logits != FlashInferLogits::kPlain) {
+    return {static_cast<int>(cudaErrorInvalidValue), kFa3RunName};
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  return r.dtype == DType::kBFloat16 ? run_fa3_for_head_size<__nv_bfloat16>(r, plan, s)
+                                     : run_fa3_for_head_size<half>(r, plan, s);
+}
+
+std::size_t flashinfer_fa3_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t num_q_heads,
+                                           std::int32_t head_size, std::int32_t num_sms) {
+  (void)head_size;  // 128-row tiles are the smallest FlashInfer's SM90 plan uses
+  // Seven arrays of one int per work item (at most heads x (ceil(rows / tile) + requests - 1)),
+  // each 16-byte aligned, and work_indptr of SMs + 1 entries.
+  const std::size_t works = static_cast<std::size_t>(num_q_heads) *
+                            static_cast<std::size_t>((max_rows + kFa3MinTileRows - 1) / kFa3MinTileRows + max_reqs);
+  return 7 * (4 * works + 16) + 4 * (static_cast<std::size_t>(num_sms) + 1) + 16 + 4096;
 }
 
 std::int32_t flashinfer_device_sms() {

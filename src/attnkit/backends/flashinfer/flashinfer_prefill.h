@@ -4,9 +4,11 @@
 // of a step through it: the decodes (one query row per request, FlashInfer's "tensor-core decode"),
 // and the prefills/extends.
 //
-// Instantiated (flashinfer_prefill_<dtype>_d<head>.cu, listed by flashinfer_prefill_instantiated):
-// float16 and bfloat16 queries, KV and output; head size 128, and 64 and 256 in a build with
-// ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake option of that name); causal masking aligned
+// Instantiated (flashinfer_prefill_<dtype>[_e4m3]_d<head>.cu, listed by
+// flashinfer_prefill_instantiated): float16 and bfloat16 queries and output, over KV of the same
+// dtype or fp8 e4m3 (not at head size 64: FlashInfer's fp8 tile loader does not handle it); head
+// size 128, and 64 and 256 in a build with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake option of
+// that name); causal masking aligned
 // to the bottom right (a query row sees the context and the rows before it); three attention
 // variants: plain, sliding window, sliding window with soft-cap (the window off at run time is
 // window_left = -1); int32 CSR page tables; any page size; K and V at any strides with the head
@@ -77,9 +79,11 @@ LaunchStatus flashinfer_prefill_plan(const FlashInferPrefillBatch& batch, const 
 
 // Per layer: the kernel over one planned sub-batch (plus FlashInfer's merge when split).
 struct FlashInferPrefillRun {
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::kBFloat16;     // queries and output
+  DType kv_dtype = DType::kBFloat16;  // the cache: dtype, or fp8 e4m3 (FA2 template only)
   FlashInferLogits logits = FlashInferLogits::kPlain;
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0, page_size = 0, batch_size = 0;
+  std::int64_t rows = 0;    // the sub-batch's query rows
   const void* q = nullptr;  // the sub-batch's first row
   std::int64_t q_stride_token = 0, q_stride_head = 0;
   void* o = nullptr;    // the sub-batch's first row, dense [rows, num_q_heads, head_size]
@@ -95,11 +99,47 @@ struct FlashInferPrefillRun {
   void* float_buffer = nullptr;
   std::int32_t window_left = -1;
   float soft_cap = 0.0f;
-  float sm_scale = 1.0f;
+  float sm_scale = 1.0f;  // the KV cache's k_scale folded in
 };
 LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& run, const FlashInferPrefillPlan& plan, void* stream);
 
-bool flashinfer_prefill_instantiated(DType dtype, int head_size);
+bool flashinfer_prefill_instantiated(DType dtype, DType kv_dtype, int head_size);
+
+// output[r * row_elems + i] *= scale for r < rows, i < row_elems (dense rows): the cache's v_scale,
+// which FlashInfer's kernels do not apply.
+LaunchStatus flashinfer_scale_output(void* output, DType dtype, std::int64_t rows, std::int64_t row_elems, float scale,
+                                     void* stream);
+
+// ---- FA3 template (Hopper): the prefill sub-batch of the fa3 variant -----------------------------
+// Instantiated (flashinfer_fa3_<dtype>_d<head>.cu): float16 and bfloat16, head size 128 (and 64
+// and 256 with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES), causal, no window, no soft-cap, LSE optional
+// (base 2, as FA2's), int32 CSR page tables, any page size, K and V at the same strides.
+
+// FlashInfer's PrefillSM90Plan output: offsets into the int workspace.
+struct FlashInferFa3Plan {
+  bool planned = false;
+  std::int64_t qo_tile_indices_offset = 0, qo_indptr_offset = 0, kv_indptr_offset = 0, qo_len_offset = 0;
+  std::int64_t kv_len_offset = 0, head_indices_offset = 0, work_indptr_offset = 0, batch_indices_offset = 0;
+  std::int64_t num_works = 0;        // work items over all CTAs
+  std::size_t int_bytes_used = 0;    // what must reach the device int buffer
+};
+
+// Start-up: whether FlashInfer's SM90 plan keeps its per-head schedule (the one instantiated) for
+// every step of at most max_rows query rows in at most max_reqs requests.
+bool flashinfer_fa3_supported_step(std::int32_t max_reqs, std::int32_t max_rows);
+
+// Per step, host: FlashInfer's PrefillSM90Plan over the batch (`kv_len_host`: each request's KV
+// length in tokens). Copies its pinned buffer like flashinfer_prefill_plan (same buffers).
+LaunchStatus flashinfer_fa3_plan(const FlashInferPrefillBatch& batch, const std::int32_t* kv_len_host,
+                                 const FlashInferPlanBuffers& buffers, FlashInferFa3Plan* plan);
+// Per layer: the FA3 kernel over one planned sub-batch (run.rows rows; window_left and soft_cap
+// must be off).
+LaunchStatus flashinfer_fa3_run(const FlashInferPrefillRun& run, const FlashInferFa3Plan& plan, void* stream);
+std::span<const int> flashinfer_fa3_head_sizes();
+bool flashinfer_fa3_instantiated(DType dtype, int head_size);
+// Upper bound of the FA3 plan's int workspace (start-up).
+std::size_t flashinfer_fa3_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t num_q_heads,
+                                           std::int32_t head_size, std::int32_t num_sms);
 
 // lse[r * stride + h] *= ln 2 for r < rows, h < heads: FlashInfer's base-2 LSE in natural units.
 LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32_t heads, std::int64_t stride,

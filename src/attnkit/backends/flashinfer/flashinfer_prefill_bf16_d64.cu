@@ -5,5 +5,5 @@
 #include "attnkit/backends/flashinfer/flashinfer_prefill_kernel.cuh"
 
 namespace attnkit::kernels {
-ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(__nv_bfloat16, 64)
+ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(__nv_bfloat16, __nv_bfloat16, 64)
 }  // namespace attnkit::kernels

@@ -5,5 +5,5 @@
 #include "attnkit/backends/flashinfer/flashinfer_prefill_kernel.cuh"
 
 namespace attnkit::kernels {
-ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, 128)
+ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, half, 128)
 }  // namespace attnkit::kernels

@@ -5,5 +5,5 @@
 #include "attnkit/backends/flashinfer/flashinfer_prefill_kernel.cuh"
 
 namespace attnkit::kernels {
-ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, 256)
+ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, half, 256)
 }  // namespace attnkit::kernels

@@ -5,5 +5,5 @@
 #include "attnkit/backends/flashinfer/flashinfer_prefill_kernel.cuh"
 
 namespace attnkit::kernels {
-ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, 64)
+ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(half, half, 64)
 }  // namespace attnkit::kernels

@@ -1,9 +1,11 @@
 // The one instantiation body of FlashInfer's FA2-template paged prefill for the FLASHINFER
-// backend: flashinfer_prefill_<dtype>_d<head>.cu each instantiate run_flashinfer_prefill for one
-// element type and head size (its three logits variants and FlashInfer's four query-tile sizes),
-// so a head size costs one translation unit of build time.
+// backend: flashinfer_prefill_<dtype>[_<kv dtype>]_d<head>.cu each instantiate
+// run_flashinfer_prefill for one query/output element type, KV element type (the same, or fp8
+// e4m3) and head size (its three logits variants and FlashInfer's four query-tile sizes), so each
+// combination costs one translation unit of build time.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <exception>
@@ -22,16 +24,16 @@ inline constexpr const char* kFlashInferPrefillKernel = "flashinfer_batch_prefil
 // FlashInfer reports misuse by exception; the launcher turns it into a status with its text.
 const char* remember_flashinfer_error(const char* what);
 
-template <class Element, std::uint32_t kHeadDim, bool kWindow, bool kSoftCap>
+template <class Element, class KVElement, std::uint32_t kHeadDim, bool kWindow, bool kSoftCap>
 cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan,
                                       cudaStream_t stream) {
-  using Params = flashinfer::BatchPrefillPagedParams<Element, Element, Element, std::int32_t>;
+  using Params = flashinfer::BatchPrefillPagedParams<Element, KVElement, Element, std::int32_t>;
   using Variant = flashinfer::DefaultAttention</*custom mask*/ false, kWindow, kSoftCap, /*alibi*/ false>;
   const std::int64_t strides[3] = {r.stride_page, r.stride_token, r.stride_head};
-  flashinfer::paged_kv_t<Element, std::int32_t> paged_kv(
+  flashinfer::paged_kv_t<KVElement, std::int32_t> paged_kv(
       static_cast<std::uint32_t>(r.num_kv_heads), static_cast<std::uint32_t>(r.page_size), kHeadDim,
       static_cast<std::uint32_t>(r.batch_size), flashinfer::QKVLayout::kNHD,
-      static_cast<Element*>(const_cast<void*>(r.k)), static_cast<Element*>(const_cast<void*>(r.v)), strides,
+      static_cast<KVElement*>(const_cast<void*>(r.k)), static_cast<KVElement*>(const_cast<void*>(r.v)), strides,
       r.kv_indices, r.kv_indptr, r.kv_last_page_len);
   Params p(static_cast<Element*>(const_cast<void*>(r.q)), paged_kv, /*custom mask*/ nullptr, r.qo_indptr,
            /*mask indptr*/ nullptr, /*rope offsets*/ nullptr, static_cast<Element*>(r.o), r.lse,
@@ -71,20 +73,20 @@ cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const Flash
   return status;
 }
 
-template <class Element, std::uint32_t kHeadDim>
+template <class Element, class KVElement, std::uint32_t kHeadDim>
 LaunchStatus run_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan,
                                     cudaStream_t stream) {
   try {
     cudaError_t status = cudaErrorInvalidValue;
     switch (r.logits) {
       case FlashInferLogits::kPlain:
-        status = launch_flashinfer_prefill<Element, kHeadDim, false, false>(r, plan, stream);
+        status = launch_flashinfer_prefill<Element, KVElement, kHeadDim, false, false>(r, plan, stream);
         break;
       case FlashInferLogits::kSlidingWindow:
-        status = launch_flashinfer_prefill<Element, kHeadDim, true, false>(r, plan, stream);
+        status = launch_flashinfer_prefill<Element, KVElement, kHeadDim, true, false>(r, plan, stream);
         break;
       case FlashInferLogits::kSlidingWindowSoftCap:
-        status = launch_flashinfer_prefill<Element, kHeadDim, true, true>(r, plan, stream);
+        status = launch_flashinfer_prefill<Element, KVElement, kHeadDim, true, true>(r, plan, stream);
         break;
     }
     return {static_cast<int>(status), kFlashInferPrefillKernel};
@@ -93,8 +95,8 @@ LaunchStatus run_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashIn
   }
 }
 
-#define ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(Element, kHeadDim)                               \
-  template LaunchStatus run_flashinfer_prefill<Element, kHeadDim>(const FlashInferPrefillRun&, \
-                                                                  const FlashInferPrefillPlan&, cudaStream_t);
+#define ATTNKIT_INSTANTIATE_FLASHINFER_PREFILL(Element, KVElement, kHeadDim)                               \
+  template LaunchStatus run_flashinfer_prefill<Element, KVElement, kHeadDim>(const FlashInferPrefillRun&, \
+                                                                             const FlashInferPrefillPlan&, cudaStream_t);
 
 }  // namespace attnkit::kernels

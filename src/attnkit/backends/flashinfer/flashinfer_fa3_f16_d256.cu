@@ -1,0 +1,9 @@
+// FlashInfer's FA3-template paged prefill for half and head size 256 (flashinfer_fa3_kernel.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attnkit/backends/flashinfer/flashinfer_fa3_kernel.cuh"
+
+namespace attnkit::kernels {
+ATTNKIT_INSTANTIATE_FLASHINFER_FA3(half, 256)
+}  // namespace attnkit::kernels
