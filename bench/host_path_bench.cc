@@ -2,17 +2,33 @@
 // mapping, every attention group's build/plan, forward-context set-up. One ModelRunner::prepare_step
 // per iteration, for 1..1024 decode requests and 1..3 KV-cache groups, per backend.
 // Counts heap allocations inside the timed loop: the steady state must allocate nothing.
+// In a CUDA build, when a GPU is present at run time, the same cases also run on the CUDA platform
+// (host_step_cuda/<BACKEND>/reqs:R/groups:G/short:S, one per CUDA backend of the build): device
+// workspaces with pinned mirrors, prepare_step enqueueing its uploads and small kernels on a
+// stream. Their names carry argument names, so the CI smoke filter '/(1|256)/(1|3)/0$' never
+// selects them. The timing is the host's: prepare_step returns once the work is enqueued (it waits
+// only for the previous step's plan copies, as in an engine).
 #include <benchmark/benchmark.h>
 
+#if ATTNKIT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "attnkit/core/error.h"
+#include "attnkit/platform/platform.h"
 #include "attnkit/runner/model_runner.h"
+#include "attnkit/selection/registry.h"
 
 namespace {
 std::atomic<std::size_t> g_allocations{0};
@@ -154,11 +170,87 @@ BENCHMARK_CAPTURE(host_step, CSR_PLAN, "CSR_PLAN")->Apply(reqs_and_groups);
 BENCHMARK_CAPTURE(host_step, VARLEN, "VARLEN")->Apply(reqs_and_groups);
 BENCHMARK_CAPTURE(host_step, REFERENCE, "REFERENCE")->Apply(reqs_and_groups);
 
+#if ATTNKIT_HAVE_CUDA
+
+// The same step on the CUDA platform: the runner's default device workspaces and pinned mirrors,
+// prepare_step on a non-blocking stream. A configuration the backend refuses (e.g. the recurrent
+// state group where no CUDA backend holds states) is skipped with the runner's reason.
+void host_step_cuda(benchmark::State& state, std::string backend) {
+  const int num_reqs = static_cast<int>(state.range(0));
+  const int num_groups = static_cast<int>(state.range(1));
+  const bool short_context = state.range(2) != 0;
+  const GpuProbe gpu = probe_gpu();
+  RunnerConfig rc;
+  rc.platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
+  rc.backend = backend;
+  rc.max_num_reqs = kMaxReqs;
+  rc.max_num_tokens = 8192;
+  rc.max_model_len = kMaxModelLen;
+  rc.num_manager_blocks = kPoolBlocks;
+  rc.kv_poison = 0.0f;
+  std::unique_ptr<ModelRunner> runner;
+  try {
+    runner = std::make_unique<ModelRunner>(hybrid_model(num_groups), rc);
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  cudaStream_t cs = nullptr;
+  if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess) {
+    state.SkipWithError("cudaStreamCreateWithFlags failed");
+    return;
+  }
+  const Stream stream{cs};
+  DecodeBatch batch = decode_batch(num_reqs, num_groups, short_context);
+  StepInput step;
+  step.request_ids = batch.ids;
+  step.query_lens = batch.query_lens;
+  step.num_computed_tokens = batch.computed;
+  step.block_tables = batch.tables;
+  runner->prepare_step(step, stream);  // warm-up: first-touch of buffers, first launches
+  (void)cudaStreamSynchronize(cs);
+  const std::size_t before = g_allocations.load();
+  for (auto _ : state) {
+    runner->prepare_step(step, stream);
+    benchmark::DoNotOptimize(runner->forward_context().layer(runner->layer_id_at(0)).metadata);
+  }
+  const double allocs = static_cast<double>(g_allocations.load() - before);
+  const cudaError_t err = cudaStreamSynchronize(cs);
+  (void)cudaStreamDestroy(cs);
+  if (err != cudaSuccess) {
+    state.SkipWithError(cudaGetErrorString(err));
+    return;
+  }
+  if (allocs > 0) g_allocating_cases.fetch_add(1);
+  state.counters["allocs_per_step"] = benchmark::Counter(allocs / static_cast<double>(state.iterations()));
+  state.counters["reqs"] = num_reqs;
+  state.counters["kv_groups"] = num_groups;
+  state.counters["short_context"] = short_context ? 1 : 0;
+}
+
+// Registered only when a GPU is present: one family per CUDA backend of this build.
+void register_cuda_cases() {
+  if (!probe_gpu().available()) return;
+  for (const BackendType& b : registered_backends()) {
+    const BackendCaps& caps = b.caps();
+    if (std::find(caps.platforms.begin(), caps.platforms.end(), PlatformKind::kCuda) == caps.platforms.end()) continue;
+    const std::string name(caps.name);
+    benchmark::RegisterBenchmark(("host_step_cuda/" + name).c_str(), host_step_cuda, name)
+        ->ArgNames({"reqs", "groups", "short"})
+        ->Apply(reqs_and_groups);
+  }
+}
+
+#endif
+
 }  // namespace
 
 // The timings are a record; an allocation in the steady-state step is a defect and fails the run.
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+#if ATTNKIT_HAVE_CUDA
+  register_cuda_cases();
+#endif
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -19,9 +19,12 @@ python_targets=()
 if [[ -n "$python_include" ]]; then
   python_targets=(attnkit_python)
 fi
-cmake --build build-dev -j "$(nproc)" --target "${targets[@]}" "${python_targets[@]}"
+# The step breakdown and the host-path benchmark (scripts/device_step_bench.sh runs both).
+bench_targets=(attnkit_step_bench attnkit_host_bench)
+cmake --build build-dev -j "$(nproc)" --target "${targets[@]}" "${bench_targets[@]}" "${python_targets[@]}"
 rm -rf build-device && mkdir -p build-device
 cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-dev/bench/attnkit_attention_bench build-device/
+for t in "${bench_targets[@]}"; do cp "build-dev/bench/$t" build-device/; done
 for t in "${targets[@]:3}"; do cp "build-dev/tests/$t" build-device/; done
 strip build-device/*
 if [[ -n "$python_include" ]]; then
