@@ -25,6 +25,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -261,36 +263,44 @@ struct LayerIO {
 };
 
 // Per layer its own Q/K/V/output (rows for the largest step), from one random draw per tensor kind.
-std::vector<LayerIO> make_io(int layers) {
+std::vector<LayerIO> make_io(int layers, MemoryResource& memory) {
   std::mt19937 rng(11);
   const HostTensor q = random_host(DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize}, rng);
   const HostTensor k = random_host(DType::kBFloat16, {kMaxTokens, kKVHeads, kHeadSize}, rng);
   const HostTensor v = random_host(DType::kBFloat16, {kMaxTokens, kKVHeads, kHeadSize}, rng);
   std::vector<LayerIO> io(static_cast<std::size_t>(layers));
   for (auto& l : io) {
-    l.q = DeviceTensor(cuda_device_memory(), q.view());
-    l.k = DeviceTensor(cuda_device_memory(), k.view());
-    l.v = DeviceTensor(cuda_device_memory(), v.view());
-    l.out = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize});
+    l.q = DeviceTensor(memory, q.view());
+    l.k = DeviceTensor(memory, k.view());
+    l.v = DeviceTensor(memory, v.view());
+    l.out = DeviceTensor(memory, DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize});
   }
   return io;
 }
 
-// Random KV contents in every layer's cache: a 32 MiB random block tiled over each cache on the device.
+// Random KV contents in every layer's cache: a 32 MiB random block tiled over each cache (on the
+// device by device-to-device copies; on the CPU platform by host copies).
 void fill_caches(const ModelRunner& runner) {
   std::mt19937 rng(5);
   constexpr std::int64_t kElems = 16 << 20;
   const HostTensor src = random_host(DType::kBFloat16, {kElems}, rng);
-  DeviceTensor dsrc(cuda_device_memory(), src.view());
-  const std::size_t chunk = dsrc.bytes();
+  const bool device = runner.config().platform.kind == PlatformKind::kCuda;
+  DeviceTensor dsrc;
+  if (device) dsrc = DeviceTensor(cuda_device_memory(), src.view());
+  const std::size_t chunk = src.bytes();
   for (int l = 0; l < runner.num_layers(); ++l) {
     const KVCacheView& kv = runner.kv_cache(runner.layer_id_at(l));
     auto* dst = static_cast<std::byte*>(kv.data);
     for (std::size_t at = 0; at < kv.num_bytes(); at += chunk) {
-      CUDA_TRY(cudaMemcpy(dst + at, dsrc.view().data, std::min(chunk, kv.num_bytes() - at), cudaMemcpyDeviceToDevice));
+      const std::size_t n = std::min(chunk, kv.num_bytes() - at);
+      if (device) {
+        CUDA_TRY(cudaMemcpy(dst + at, dsrc.view().data, n, cudaMemcpyDeviceToDevice));
+      } else {
+        std::memcpy(dst + at, src.view().data, n);
+      }
     }
   }
-  CUDA_TRY(cudaDeviceSynchronize());
+  if (device) CUDA_TRY(cudaDeviceSynchronize());
 }
 
 double us_since(Clock::time_point t0, Clock::time_point t1) {
@@ -342,11 +352,16 @@ struct GraphExec {
   }
 };
 
+// Every layer of the step as a model runs it: Q/K/V/output of num_tokens_padded rows (guide, 5c).
 void run_layers(const ModelRunner& runner, std::vector<LayerIO>& io, Stream stream) {
   ForwardContextScope scope(runner.forward_context());
   for (int l = 0; l < runner.num_layers(); ++l) {
     LayerIO& b = io[static_cast<std::size_t>(l)];
-    ModelRunner::unified_attention(runner.layer_id_at(l), b.q, b.k, b.v, b.out, TensorView{}, stream);
+    const LayerId id = runner.layer_id_at(l);
+    const std::int64_t rows = current_forward_context().layer(id).num_tokens_padded;
+    ModelRunner::unified_attention(id, b.q.view().slice_rows(0, rows), b.k.view().slice_rows(0, rows),
+                                   b.v.view().slice_rows(0, rows), b.out.view().slice_rows(0, rows), TensorView{},
+                                   stream);
   }
 }
 
@@ -445,6 +460,8 @@ int cpu_check(const Options& opt) {
   RunnerConfig rc = runner_config(sel, opt, Platform::cpu());
   rc.check_invariants = true;
   ModelRunner runner(model(opt.layers), rc);
+  std::vector<LayerIO> io = make_io(opt.layers, host_memory());
+  fill_caches(runner);
   for (const StepShapeDef* w : sel) {
     try {
       std::mt19937 rng(1234);
@@ -452,11 +469,24 @@ int cpu_check(const Options& opt) {
       for (int i = 0; i <= opt.steps; ++i) batches.push_back(make_batch(*w, runner, rc.num_manager_blocks, rng));
       runner.prepare_step(batches.front().input(), Stream{});
       const HostPhase h = host_phase(runner, batches, host_memory(), host_memory(), Stream{}, [] {});
+      // The layers once on the CPU kernels, for the decode shapes (a CPU prefill takes minutes).
+      const bool decode_only = std::all_of(w->parts.begin(), w->parts.end(), [](const Part& p) { return p.query == 1; });
+      std::int64_t non_finite = 0;
+      if (decode_only) {
+        run_layers(runner, io, Stream{});
+        // The step's output rows must be finite: random caches and activations, no poison read.
+        const std::int64_t rows = batches.front().tokens;
+        const HostTensor out = io.front().out.to_host();
+        const std::int64_t per_row = static_cast<std::int64_t>(kQHeads) * kHeadSize;
+        for (std::int64_t i = 0; i < rows * per_row; ++i) non_finite += !std::isfinite(out.view().flat(i));
+        if (non_finite > 0) throw std::runtime_error(std::to_string(non_finite) + " non-finite output values");
+      }
       const StepShape shape = runner.shape_for(batches.front().num_reqs(), batches.front().tokens);
       std::cout << w->name << ": ok, " << batches.size() << " steps of " << shape.num_reqs << " requests / "
                 << shape.num_tokens << " tokens accepted on the CPU platform (" << opt.backend << ", "
                 << h.num_builders << " builder(s), " << (batches.front().reordered ? "reordered" : "order kept")
-                << ", invariant checker after every prepare_step)\n";
+                << ", invariant checker after every prepare_step"
+                << (decode_only ? ", layers run on the CPU kernels, outputs finite" : "") << ")\n";
     } catch (const std::exception& e) {
       std::cout << w->name << ": FAILED: " << e.what() << "\n";
       ++failures;
@@ -510,13 +540,14 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
         for (std::size_t l = 0; l < L; ++l) {
           const LayerContext& ctx = current_forward_context().layer(runner.layer_id_at(static_cast<std::int32_t>(l)));
           LayerIO& x = io[l];
+          const std::int64_t rows = ctx.num_tokens_padded;
+          const TensorView q = x.q.view().slice_rows(0, rows), k = x.k.view().slice_rows(0, rows),
+                           v = x.v.view().slice_rows(0, rows), o = x.out.view().slice_rows(0, rows);
+          // What unified_attention does, with an event between the two.
           fused = ctx.backend->forward_includes_kv_update;
-          if (!fused) {
-            kv_cache_update(x.k.view().slice_rows(0, ctx.num_tokens_padded), x.v.view().slice_rows(0, ctx.num_tokens_padded),
-                            ctx.slot_mapping, *ctx.kv_cache, stream);
-          }
+          if (!fused) kv_cache_update(k, v, ctx.slot_mapping, *ctx.kv_cache, stream);
           ev.record(2 * l + 1, cs);
-          ctx.impl->forward(x.q, x.k, x.v, *ctx.kv_cache, *ctx.metadata, x.out, TensorView{}, stream);
+          ctx.impl->forward(q, k, v, *ctx.kv_cache, *ctx.metadata, o, TensorView{}, stream);
           ev.record(2 * l + 2, cs);
         }
       }
@@ -652,10 +683,10 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
   return r;
 }
 
-std::string fmt(const json& v) {
+std::string fmt(const json& v, int digits = 1) {
   if (v.is_null()) return "-";
   std::ostringstream o;
-  o << std::fixed << std::setprecision(1) << v.get<double>();
+  o << std::fixed << std::setprecision(digits) << v.get<double>();
   return o.str();
 }
 
@@ -689,7 +720,9 @@ std::string markdown(const json& doc) {
   for (const json& r : doc["shapes"]) {
     if (r["status"] != "ok") {
       md << "| " << r["name"].get<std::string>() << " | " << r["status"].get<std::string>() << ": "
-         << r.value("reason", std::string()) << " |||||||||||||||\n";
+         << r.value("reason", std::string()) << " |";
+      for (int c = 0; c < 14; ++c) md << " |";
+      md << "\n";
       continue;
     }
     const json& h = r["host_us"];
@@ -703,7 +736,7 @@ std::string markdown(const json& doc) {
        << fmt(s["sum_T_run"]) << " | " << fmt(s["T_build_plus_gpu_layers"]) << " | " << fmt(s["T_step_eager"]) << " | "
        << (g["captured"].get<bool>() ? fmt(s["T_step_graph"]) : std::string("not captured")) << " | "
        << (g["captured"].get<bool>() ? fmt(g["replay_gpu"]["median"]) : std::string("-")) << " | "
-       << (s["host_over_gpu"].is_null() ? std::string("-") : fmt(s["host_over_gpu"])) << " |\n";
+       << fmt(s["host_over_gpu"], 3) << " |\n";
   }
   md << "\n";
   for (const char* n : kNotes) md << "- " << n << "\n";
@@ -758,7 +791,7 @@ int main(int argc, char** argv) {
     cudaStream_t cs = nullptr;
     CUDA_TRY(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
     std::cerr << "attnkit_step_bench: " << opt.backend << ", " << opt.layers << " layers on " << gpu.device_name << "\n";
-    std::vector<LayerIO> io = make_io(opt.layers);
+    std::vector<LayerIO> io = make_io(opt.layers, cuda_device_memory());
     doc = {{"bench", "attnkit_step_bench"},
            {"commit", std::getenv("ATTNKIT_COMMIT") ? std::getenv("ATTNKIT_COMMIT") : "unknown"},
            {"gpu", gpu.device_name},
