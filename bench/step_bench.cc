@@ -39,6 +39,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,12 +99,15 @@ struct Options {
   int steps = 20;
   std::optional<std::filesystem::path> out_dir;
   bool cpu_check = false;
+  // Several processes (one per backend) may set up at once and measure one after another: after
+  // its start-up a run writes --ready-file and waits for --go-file before it measures.
+  std::optional<std::filesystem::path> ready_file, go_file;
 };
 
 std::string usage() {
   std::string s =
       "usage: attnkit_step_bench [--layers N] [--backend NAME] [--workload NAME[,NAME...]] [--steps N] [--out DIR]\n"
-      "                          [--cpu-check]\n"
+      "                          [--ready-file PATH --go-file PATH] [--cpu-check]\n"
       "  --layers    attention layers of the model (default 32)\n"
       "  --backend   the CUDA backend of every layer (default VARLEN)\n"
       "  --workload  step shapes (default all):";
@@ -111,6 +115,9 @@ std::string usage() {
   s +=
       "\n  --steps     measured steps per phase, each with new batch contents (default 20)\n"
       "  --out       write DIR/step_bench.json and DIR/step_bench.md\n"
+      "  --ready-file PATH, --go-file PATH: after start-up write PATH (its start-up seconds), then wait\n"
+      "              for the go file before measuring (scripts/device_step_bench.sh sets up one run per\n"
+      "              backend at once and lets them measure one at a time)\n"
       "  --cpu-check no GPU: check that every generated step is accepted by prepare_step on the CPU platform\n"
       "              (the backend's CPU builder; use few --layers, the KV cache is host memory)\n";
   return s;
@@ -150,6 +157,10 @@ Options parse(int argc, char** argv, bool& help) {
         if (!known) throw UsageError("--workload: unknown step shape " + name);
         o.workloads.push_back(name);
       }
+    } else if (a == "--ready-file") {
+      o.ready_file = value(i);
+    } else if (a == "--go-file") {
+      o.go_file = value(i);
     } else if (a == "--cpu-check") {
       o.cpu_check = true;
     } else if (a == "--out") {
@@ -749,6 +760,25 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + path.string());
 }
 
+// The start-up is done: say so, then wait until this run may use the GPU alone.
+double handshake(const Options& opt, double setup_s) {
+  if (opt.ready_file) {
+    std::ofstream f(*opt.ready_file);
+    f << setup_s << "\n";
+    if (!f) throw std::runtime_error("cannot write " + opt.ready_file->string());
+  }
+  const auto t0 = Clock::now();
+  if (opt.go_file) {
+    while (!std::filesystem::exists(*opt.go_file)) {
+      if (Clock::now() - t0 > std::chrono::minutes(15)) {
+        throw std::runtime_error("--go-file " + opt.go_file->string() + " did not appear within 15 minutes");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return us_since(t0, Clock::now()) * 1e-6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -821,7 +851,10 @@ int main(int argc, char** argv) {
       doc["runner_setup_s"] = us_since(setup0, Clock::now()) * 1e-6;
       std::cerr << "  runner set up (" << rc.num_manager_blocks << " KV blocks per layer) in "
                 << doc["runner_setup_s"].get<double>() << " s\n";
+      doc["waited_for_go_s"] = handshake(opt, doc["runner_setup_s"].get<double>());
       for (const StepShapeDef* w : sel) list.push_back(run_shape(*w, opt, *runner, io, cs, failed));
+    } else {
+      handshake(opt, 0.0);
     }
     runner.reset();
     doc["shapes"] = list;
