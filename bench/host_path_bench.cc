@@ -175,13 +175,12 @@ BENCHMARK_CAPTURE(host_step, REFERENCE, "REFERENCE")->Apply(reqs_and_groups);
 // The same step on the CUDA platform: the runner's default device workspaces and pinned mirrors,
 // prepare_step on a non-blocking stream. A configuration the backend refuses (e.g. the recurrent
 // state group where no CUDA backend holds states) is skipped with the runner's reason.
-void host_step_cuda(benchmark::State& state, std::string backend) {
+void host_step_cuda(benchmark::State& state, std::string backend, Platform platform) {
   const int num_reqs = static_cast<int>(state.range(0));
   const int num_groups = static_cast<int>(state.range(1));
   const bool short_context = state.range(2) != 0;
-  const GpuProbe gpu = probe_gpu();
   RunnerConfig rc;
-  rc.platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
+  rc.platform = platform;
   rc.backend = backend;
   rc.max_num_reqs = kMaxReqs;
   rc.max_num_tokens = 8192;
@@ -191,7 +190,7 @@ void host_step_cuda(benchmark::State& state, std::string backend) {
   std::unique_ptr<ModelRunner> runner;
   try {
     runner = std::make_unique<ModelRunner>(hybrid_model(num_groups), rc);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // attnkit::Error for a refused configuration
     state.SkipWithError(e.what());
     return;
   }
@@ -230,12 +229,14 @@ void host_step_cuda(benchmark::State& state, std::string backend) {
 
 // Registered only when a GPU is present: one family per CUDA backend of this build.
 void register_cuda_cases() {
-  if (!probe_gpu().available()) return;
+  const GpuProbe gpu = probe_gpu();
+  if (!gpu.available()) return;
+  const Platform platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& caps = b.caps();
     if (std::find(caps.platforms.begin(), caps.platforms.end(), PlatformKind::kCuda) == caps.platforms.end()) continue;
     const std::string name(caps.name);
-    benchmark::RegisterBenchmark(("host_step_cuda/" + name).c_str(), host_step_cuda, name)
+    benchmark::RegisterBenchmark(("host_step_cuda/" + name).c_str(), host_step_cuda, name, platform)
         ->ArgNames({"reqs", "groups", "short"})
         ->Apply(reqs_and_groups);
   }
