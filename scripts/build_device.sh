@@ -27,6 +27,10 @@ cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-dev/bench/
 for t in "${bench_targets[@]}"; do cp "build-dev/bench/$t" build-device/; done
 for t in "${targets[@]:3}"; do cp "build-dev/tests/$t" build-device/; done
 strip build-device/*
+# The host bench links Debian's shared Google Benchmark, which the GPU machine lacks: carry it
+# (scripts/device_env.sh puts build-device/lib on LD_LIBRARY_PATH).
+mkdir -p build-device/lib
+cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian build-device/lib/
 if [[ -n "$python_include" ]]; then
   # The package folder as the build lays it out: __init__.py and _attnkit<EXT_SUFFIX>.
   mkdir -p build-device/python

@@ -10,3 +10,7 @@ elif ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
        "binaries built with ATTNKIT_WITH_CUDNN will not start" >&2
 fi
 unset cudnn_lib
+# Shared libraries build_device.sh carries beside the binaries (Debian's Google Benchmark).
+if [[ -d build-device/lib ]]; then
+  export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
