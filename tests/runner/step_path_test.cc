@@ -176,6 +176,25 @@ TEST(GraphSupport, TheMinimumOverGroupsDecidesTheWholeChain) {
   EXPECT_EQ(runner.graph_mode(), GraphMode::kPiecewise);  // mixed
 }
 
+TEST(GraphSupport, PlanStepRefusesAStepTheChainRunsPiecewise) {
+  RunnerConfig config = small_runner_config();
+  config.backend = "CSR_PLAN";  // uniform single-token decode only
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, config);
+  RunnerDriver driver(runner, 84);
+  driver.step({{0, 9}, {1, 4}});
+  driver.prepare({{0, 1}, {1, 1}});
+  EXPECT_NO_THROW(runner.plan_step(driver.step_input())) << "decode-only: a captured step may replay it";
+  driver.run_layers();
+  driver.prepare({{0, 1}, {1, 3}});
+  try {
+    runner.plan_step(driver.step_input());
+    FAIL() << "a mixed step was planned for the replay of a decode-only graph";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "graph mode");
+    EXPECT_EQ(e.value(), "piecewise");
+  }
+}
+
 TEST(GraphSupport, VarlenAloneCapturesMixedBatchesAndReferenceNever) {
   RunnerConfig config = small_runner_config();
   config.backend = "VARLEN";

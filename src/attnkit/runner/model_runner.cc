@@ -559,7 +559,16 @@ void ModelRunner::prepare_step(const StepInput& step, Stream stream) {
   if (config_.check_invariants && !capturing) check_prepared_step(stream);
 }
 
-void ModelRunner::plan_step(const StepInput& step) { plan(step, /*wait_for_previous_copies=*/on_cuda(config_)); }
+void ModelRunner::plan_step(const StepInput& step) {
+  plan(step, /*wait_for_previous_copies=*/on_cuda(config_));
+  // plan_step writes the step a captured whole-step graph replays. A step the chain runs
+  // piecewise is planned for eager execution (FLASHINFER's mixed steps): a graph replayed over
+  // that plan would run kernels shaped for another one, so this is refused before any launch.
+  ATTNKIT_REQUIRE(graph_mode_ == GraphMode::kFull, "graph mode", std::string(to_string(graph_mode_)),
+                  std::string(to_string(GraphMode::kFull)),
+                  "plan_step prepares the replay of a captured whole step; run this step with prepare_step and "
+                  "the layers");
+}
 
 void ModelRunner::plan_consumed(Stream stream) {
   if (on_cuda(config_)) plan_copied_.record(stream);

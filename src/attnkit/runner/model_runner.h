@@ -111,7 +111,8 @@ class ModelRunner {
   // CUDA graphs: a graph captured from prepare_step + the layers replays the uploads from the
   // same pinned mirrors. Before each replay, plan_step writes the new step (same padded shape)
   // into them on the host; after launching the graph, plan_consumed records that the mirrors
-  // may be rewritten once the replay's copies ran.
+  // may be rewritten once the replay's copies ran. Throws Error (field "graph mode") for a step
+  // whose graph_mode() is not kFull: no captured whole-step graph may replay it.
   void plan_step(const StepInput& step);
   void plan_consumed(Stream stream);
   const CommonAttentionMetadata& common() const { return common_builder_.last(); }
