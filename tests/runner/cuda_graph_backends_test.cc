@@ -281,27 +281,9 @@ TEST_P(CudaGraphBackend, CapturedStepAtTheDeclaredLevelReplaysBitForBitLikeEager
 
   // Only the slots of step B's tokens changed (a replayed graph writes no page it was captured with).
   const KVCacheView& kv = graphed.kv_cache(graphed.layer_id_at(0));
-  std::vector<bool> written(cache_after_b.size(), false);
-  const std::size_t elem = size_of(kv.dtype);
-  for (std::size_t r = 0; r < b.ids.size(); ++r) {
-    for (int i = 0; i < b.query_lens[r]; ++i) {
-      const int pos = b.computed[r] + i;
-      const std::int64_t block = b.rows[r * static_cast<std::size_t>(b.row_stride) + static_cast<std::size_t>(pos / kPage)];
-      for (int h = 0; h < kKVHeads; ++h) {
-        for (const std::int64_t at : {kv.k_index(block, pos % kPage, h), kv.v_index(block, pos % kPage, h)}) {
-          for (std::size_t byte = 0; byte < kHeadSize * elem; ++byte) written[static_cast<std::size_t>(at) * elem + byte] = true;
-        }
-      }
-    }
-  }
-  std::size_t stray = 0, changed = 0;
-  for (std::size_t i = 0; i < cache_after_b.size(); ++i) {
-    if (cache_after_b[i] == cache_after_a[i]) continue;
-    ++changed;
-    if (!written[i]) ++stray;
-  }
-  EXPECT_GT(changed, 0u);
-  EXPECT_EQ(stray, 0u) << "bytes outside step B's slots changed";
+  const testing::CacheChange change = testing::cache_change(kv, cache_after_a, cache_after_b, b);
+  EXPECT_GT(change.changed, 0u);
+  EXPECT_EQ(change.stray, 0u) << "bytes outside step B's slots changed";
 
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);

@@ -2,11 +2,14 @@
 // computed tokens, and one KV group's block-table rows (row_stride pages per request).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "attnkit/core/dtype.h"
+#include "attnkit/kv/layout.h"
 #include "attnkit/metadata/step_input.h"
 
 namespace attnkit::testing {
@@ -34,5 +37,38 @@ struct HandStep {
     return s;
   }
 };
+
+// How a step changed a cache's bytes (`before` and `after` are copies of the whole cache): how
+// many changed, and how many of those lie outside the K/V slots the step's own tokens write (its
+// rows name the cache's kernel pages). A stray byte means a kernel wrote a page it must not have.
+struct CacheChange {
+  std::size_t changed = 0, stray = 0;
+};
+inline CacheChange cache_change(const KVCacheView& kv, const std::vector<std::byte>& before,
+                                const std::vector<std::byte>& after, const HandStep& step) {
+  const std::size_t elem = size_of(kv.dtype);
+  const auto page = static_cast<int>(kv.block_size);
+  std::vector<bool> written(after.size(), false);
+  for (std::size_t r = 0; r < step.ids.size(); ++r) {
+    for (int i = 0; i < step.query_lens[r]; ++i) {
+      const int pos = step.computed[r] + i;
+      const std::int64_t block =
+          step.rows[r * static_cast<std::size_t>(step.row_stride) + static_cast<std::size_t>(pos / page)];
+      for (std::int64_t h = 0; h < kv.num_kv_heads; ++h) {
+        for (const std::int64_t at : {kv.k_index(block, pos % page, h), kv.v_index(block, pos % page, h)}) {
+          const std::size_t first = static_cast<std::size_t>(at) * elem;
+          for (std::size_t byte = 0; byte < static_cast<std::size_t>(kv.head_size) * elem; ++byte) written[first + byte] = true;
+        }
+      }
+    }
+  }
+  CacheChange c;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    if (after[i] == before[i]) continue;
+    ++c.changed;
+    if (!written[i]) ++c.stray;
+  }
+  return c;
+}
 
 }  // namespace attnkit::testing
