@@ -144,6 +144,7 @@ def row_of(system, doc, e, copy, gemm):
     row = {"system": system, "status": status, "median_us": median, "gb_per_s": None, "tflop_per_s": None,
            "fraction_of_ceiling": None, "ceiling": "bf16_gemm" if kind == "prefill" else "copy",
            "check": (e.get("check") or {}).get("result"), "host_step_us": (e.get("host_step_us") or {}).get("median"),
+           "clean_flush_us": (e.get("clean_flush_us") or {}).get("median") if ok else None,
            "reason": None, "notes": e.get("notes") or ""}
     if ok:
         seconds = median * 1e-6
@@ -233,15 +234,16 @@ def workload_title(w):
 
 
 def workload_table(w):
-    lines = ["| system | status | median us | GB/s | TFLOP/s | of ceiling | x best | host us/step | check / reason |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| system | status | median us | clean-flush us | GB/s | TFLOP/s | of ceiling | x best | host us/step | "
+             "check / reason |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in sorted(w["systems"], key=lambda r: (r["median_us"] is None, r["median_us"] or 0)):
         frac = None if r["fraction_of_ceiling"] is None else 100 * r["fraction_of_ceiling"]
         tail = (r["check"] or "") if r["median_us"] is not None else (r["reason"] or "")
         if r["notes"]:
             tail = f"{tail}; {r['notes']}" if tail else r["notes"]
         lines.append(f"| {cell(r['system'])}{' (best)' if r['best'] else ''} | {r['status']} | "
-                     f"{fmt(r['median_us'], '.1f')} | {fmt(r['gb_per_s'], '.0f')} | {fmt(r['tflop_per_s'], '.1f')} | "
+                     f"{fmt(r['median_us'], '.1f')} | {fmt(r.get('clean_flush_us'), '.1f')} | {fmt(r['gb_per_s'], '.0f')} | {fmt(r['tflop_per_s'], '.1f')} | "
                      f"{fmt(frac, '.1f')}{'%' if frac is not None else ''} ({r['ceiling']}) | "
                      f"{fmt(r['ratio_to_best'], '.2f')} | {fmt(r['host_step_us'], '.1f')} | {cell(tail)} |")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ GPU = "NVIDIA H200"
 
 
 def entry(name, kind, median_us, *, status="OK", kv_bytes=1e9, flops=1e12, count=1, q=1, ctx=4095, host=None,
-          refusal=None, check="passed"):
+          refusal=None, check="passed", clean=None):
     e = {"name": name, "kind": kind, "status": status, "num_q_heads": 32, "num_kv_heads": 8, "head_size": 128,
          "kv_cache_dtype": "bfloat16", "page_size": 16, "window": None, "shared_prefix": 0,
          "requests": [{"count": count, "query_len": q, "num_computed_tokens": ctx}],
@@ -30,6 +30,8 @@ def entry(name, kind, median_us, *, status="OK", kv_bytes=1e9, flops=1e12, count
          "check": {"result": check}}
     if host is not None:
         e["host_step_us"] = {"median": host}
+    if clean is not None:
+        e["clean_flush_us"] = {"median": clean}
     if refusal:
         e["refusal"] = {"by": "selector", "reasons": refusal}
         e["error"] = "; ".join(refusal)
@@ -54,7 +56,7 @@ def write(tmp_path, name, doc):
 
 @pytest.fixture
 def session_files(tmp_path):
-    a = bench_doc("VARLEN", [entry("decode_a", "decode", 200.0, host=30.0),
+    a = bench_doc("VARLEN", [entry("decode_a", "decode", 200.0, host=30.0, clean=190.0),
                              entry("prefill_b", "prefill", 1000.0, q=4096, ctx=0)], copy=4.0, gemm=800.0)
     b = bench_doc("CUDNN", [entry("decode_a", "decode", 250.0, host=20.0),
                             entry("prefill_b", "prefill", 0, status="REFUSED", q=4096, ctx=0,
@@ -106,7 +108,8 @@ def test_main_writes_log_files_and_the_readme_section(session_files, tmp_path, c
     assert logged["schema"] == report.SESSION_SCHEMA and logged["tag"] == "t1"
     assert "### decode_a (decode)" in md and "### prefill_b (prefill)" in md
     assert "REFUSED" in md and "page_size 4096 is not supported" in md
-    assert "| VARLEN (best) | OK | 200.0 | 5000 |" in md
+    assert "| VARLEN (best) | OK | 200.0 | 190.0 | 5000 |" in md  # the clean-flush median beside the median
+    assert "| CUDNN | OK | 250.0 | - | 4000 |" in md  # a run without it
     text = readme.read_text()
     assert "stale" not in text and text.endswith("## After\nkept\n") and text.startswith("# x\n")
     section = text[text.index(report.BEGIN):text.index(report.END)]
