@@ -15,19 +15,25 @@ struct WarpMergedRow {
 };
 
 // `lse_at(i)` and `row_at(i)` give partial i's LSE and its float row (16-byte aligned). The lanes
-// share the LSEs (a lane per partial), and the partial rows stream with 16-byte loads that do not
-// wait on each other. Every lane of the warp must call it.
+// share the LSEs (a lane per partial, each read once), and the partial rows are read in batches
+// whose loads are all issued before any is used: the merge of a split decode sits on its step's
+// critical path, where one load latency per partial (a loop that waits on each row before it
+// loads the next) cost more than the attention kernel before it (bench/notes/varlen.md, v11).
+// Every lane of the warp must call it.
 template <class LseAt, class RowAt>
 __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head_size, LseAt lse_at, RowAt row_at) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
+  constexpr int kBatch = 8;  // partial rows in flight together: 16 float4 registers per lane
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int chunks = head_size / 4;
-  float max = -INFINITY;
-  for (int i = lane; i < count; i += 32) max = fmaxf(max, lse_at(i));
+  const float first_lse = lane < count ? lse_at(lane) : -INFINITY;  // partials 0..31 stay here
+  float max = first_lse;
+  for (int i = lane + 32; i < count; i += 32) max = fmaxf(max, lse_at(i));
   for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
   float sum = 0.0f;
   if (max != -INFINITY) {
-    for (int i = lane; i < count; i += 32) {
+    if (first_lse != -INFINITY) sum += expf(first_lse - max);
+    for (int i = lane + 32; i < count; i += 32) {
       const float l = lse_at(i);
       if (l != -INFINITY) sum += expf(l - max);
     }
@@ -38,23 +44,35 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
   out.chunk[0] = out.chunk[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int base = 0; base < count && out.lse != -INFINITY; base += 32) {
     const int mine = base + lane;
-    const float l = mine < count ? lse_at(mine) : -INFINITY;
+    const float l = base == 0 ? first_lse : (mine < count ? lse_at(mine) : -INFINITY);
     const float my_weight = l == -INFINITY ? 0.0f : expf(l - out.lse);
     const int n = count - base < 32 ? count - base : 32;
-#pragma unroll 8
-    for (int k = 0; k < n; ++k) {
-      const float w = __shfl_sync(kAll, my_weight, k);
-      if (w == 0.0f) continue;  // an empty partial
-      const float* row = row_at(base + k);
+    for (int k0 = 0; k0 < n; k0 += kBatch) {
+      float w[kBatch];
+      float4 v[kBatch][2];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int chunk = lane + 32 * c;
-        if (chunk >= chunks) break;
-        const float4 v = *reinterpret_cast<const float4*>(row + 4 * chunk);
-        out.chunk[c].x += w * v.x;
-        out.chunk[c].y += w * v.y;
-        out.chunk[c].z += w * v.z;
-        out.chunk[c].w += w * v.w;
+      for (int j = 0; j < kBatch; ++j) {
+        w[j] = __shfl_sync(kAll, my_weight, (k0 + j) & 31);
+        // An empty partial (weight 0) may hold anything: it is not read.
+        const bool live = k0 + j < n && w[j] != 0.0f;
+        const float* row = row_at(base + (live ? k0 + j : 0));
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int chunk = lane + 32 * c;
+          v[j][c] = live && chunk < chunks ? *reinterpret_cast<const float4*>(row + 4 * chunk)
+                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        if (!live) w[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          out.chunk[c].x += w[j] * v[j][c].x;
+          out.chunk[c].y += w[j] * v[j][c].y;
+          out.chunk[c].z += w[j] * v[j][c].z;
+          out.chunk[c].w += w[j] * v[j][c].w;
+        }
       }
     }
   }
