@@ -943,7 +943,7 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     res.check = compare(got, ref);
   }
 
-  // Warm-up, then per iteration: L2 flush (outside), start, forward, end.
+  // Warm-up, then the timed calls.
   for (int i = 0; i < opt.warmup; ++i) forward(output);
   std::vector<Event> starts, ends;
   starts.reserve(static_cast<std::size_t>(opt.iters));
@@ -952,36 +952,27 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     starts.emplace_back();
     ends.emplace_back();
   }
-  for (int i = 0; i < opt.iters; ++i) {
-    flush.dirty(stream.get(), i);
-    CUDA_TRY(cudaEventRecord(starts[static_cast<std::size_t>(i)].get(), stream.get()));
-    forward(output);
-    CUDA_TRY(cudaEventRecord(ends[static_cast<std::size_t>(i)].get(), stream.get()));
-  }
-  CUDA_TRY(cudaStreamSynchronize(stream.get()));
-  CUDA_TRY(cudaGetLastError());
-  for (int i = 0; i < opt.iters; ++i) {
-    res.samples_us.push_back(1e3 * elapsed_ms(starts[static_cast<std::size_t>(i)], ends[static_cast<std::size_t>(i)]));
-  }
-  res.us = stats_of(res.samples_us);
-
-  // The same with the clean flush (L2Flush): what the dirty one adds is write-back traffic that no
-  // kernel of the step caused.
-  {
-    std::vector<double> clean;
+  // Per iteration: `flush_before(i)` (outside the timed region), start, forward, end.
+  const auto time_each_call = [&](const auto& flush_before) {
     for (int i = 0; i < opt.iters; ++i) {
-      flush.clean();
+      flush_before(i);
       CUDA_TRY(cudaEventRecord(starts[static_cast<std::size_t>(i)].get(), stream.get()));
       forward(output);
       CUDA_TRY(cudaEventRecord(ends[static_cast<std::size_t>(i)].get(), stream.get()));
     }
     CUDA_TRY(cudaStreamSynchronize(stream.get()));
     CUDA_TRY(cudaGetLastError());
+    std::vector<double> us;
     for (int i = 0; i < opt.iters; ++i) {
-      clean.push_back(1e3 * elapsed_ms(starts[static_cast<std::size_t>(i)], ends[static_cast<std::size_t>(i)]));
+      us.push_back(1e3 * elapsed_ms(starts[static_cast<std::size_t>(i)], ends[static_cast<std::size_t>(i)]));
     }
-    res.clean_flush_us = stats_of(std::move(clean));
-  }
+    return us;
+  };
+  res.samples_us = time_each_call([&](int i) { flush.dirty(stream.get(), i); });
+  res.us = stats_of(res.samples_us);
+  // The same after the clean flush (L2Flush): what the dirty one adds is write-back traffic that no
+  // kernel of the step caused.
+  res.clean_flush_us = stats_of(time_each_call([&](int) { flush.clean(); }));
 
   // Hot: --iters forwards back to back, no flush, one pair of events.
   {

@@ -22,11 +22,7 @@ commit=$(cat build-device/COMMIT 2>/dev/null || echo unknown)
 workloads="${WORKLOADS:-default}"
 status=0
 files=()
-for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
-  if ! build-device/attnkit backends 2>/dev/null | grep -q "^$backend"; then
-    echo "skip $backend: not in this build (build-device/attnkit backends)"
-    continue
-  fi
+for backend in $(built_backends); do
   dir="$out/bench_$backend"
   mkdir -p "$dir"
   start=$SECONDS

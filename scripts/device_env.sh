@@ -14,3 +14,16 @@ unset cudnn_lib
 if [[ -d build-device/lib ]]; then
   export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# The backends of BACKENDS (default "VARLEN FLASHINFER CUDNN") that build-device/attnkit registers,
+# one per line; each one the build lacks is reported on stderr.
+built_backends() {
+  local backend registered
+  registered="$(build-device/attnkit backends 2>/dev/null)"
+  for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
+    if grep -q "^$backend" <<<"$registered"; then
+      echo "$backend"
+    else
+      echo "skip $backend: not in this build (build-device/attnkit backends)" >&2
+    fi
+  done
+}

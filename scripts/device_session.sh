@@ -13,11 +13,7 @@ work=$(mktemp -d)
 mkdir -p "$out"
 workloads="${WORKLOADS:-decode_1x4096,decode_16x4096,decode_64x4096,decode_8x32768,decode_256x1024,prefill_1x4096,prefill_1x16384,prefill_16x1024}"
 commit=$(cat build-device/COMMIT 2>/dev/null || echo unknown)
-for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
-  if ! build-device/attnkit backends | grep -q "^$backend"; then
-    echo "skip $backend: not in this build"
-    continue
-  fi
+for backend in $(built_backends); do
   mkdir -p "$work/bench_$backend"
   ATTNKIT_COMMIT="$commit" build-device/attnkit_attention_bench --backend "$backend" --workloads "$workloads" \
     --out "$work/bench_$backend" >"$work/bench_$backend/stdout.txt" 2>&1

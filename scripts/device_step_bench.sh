@@ -29,11 +29,7 @@ declare -A pids
 runs=()
 parallel=${STEP_PARALLEL:-1}
 start=$SECONDS
-for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
-  if ! build-device/attnkit backends 2>/dev/null | grep -q "^$backend"; then
-    echo "skip $backend: not in this build (build-device/attnkit backends)"
-    continue
-  fi
+for backend in $(built_backends); do
   dir="$out/step_$backend"
   mkdir -p "$dir"
   rm -f "$dir/.ready" "$dir/.go"

@@ -52,9 +52,10 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
       float4 v[kBatch][2];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        w[j] = __shfl_sync(kAll, my_weight, (k0 + j) & 31);
-        // An empty partial (weight 0) may hold anything: it is not read.
-        const bool live = k0 + j < n && w[j] != 0.0f;
+        // Weight 0: an empty partial, which may hold anything and is not read, or past the last
+        // partial (lanes >= n hold weight 0).
+        w[j] = __shfl_sync(kAll, my_weight, k0 + j);
+        const bool live = w[j] != 0.0f;
         const float* row = row_at(base + (live ? k0 + j : 0));
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -62,7 +63,6 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
           v[j][c] = live && chunk < chunks ? *reinterpret_cast<const float4*>(row + 4 * chunk)
                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-        if (!live) w[j] = 0.0f;
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
