@@ -1295,7 +1295,8 @@ std::string usage(const std::vector<Workload>* table) {
       "               comma-separated names; a mixed workload brings its parts\n"
       "  --kv-layout  force the KV cache layout (fused_hnd, split_nhd, split_hnd); default: negotiated\n"
       "  --backend    attention backend, chosen explicitly (default VARLEN; any CUDA backend of the build:\n"
-      "               GPU_REFERENCE, FLASHINFER, CUDNN); a workload it cannot run is REFUSED with the reasons\n"
+      "               GPU_REFERENCE, FLASHINFER, CUDNN); a workload it cannot run is REFUSED with the reasons;\n"
+      "               NAME:VARIANT pins its kernel variant too (e.g. FLASHINFER:fa3-paged)\n"
       "  --iters      timed iterations per workload, >= 1 (default 30)\n"
       "  --warmup     warm-up iterations, >= 0 (default 5)\n"
       "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
@@ -1362,8 +1363,8 @@ Options parse_flags(int argc, char** argv, bool& help) {
         if (opt.workloads.empty()) throw UsageError("--workloads: empty list (use default, all or names)");
       }
     } else if (arg == "--backend") {
-      opt.backend = value();
-      if (!attnkit::find_backend(opt.backend)) {
+      opt.backend = value();  // BACKEND or BACKEND:variant (the selector pins the variant)
+      if (!attnkit::find_backend(opt.backend.substr(0, opt.backend.find(':')))) {
         throw UsageError("--backend: unknown backend \"" + opt.backend + "\" (registered: " +
                          attnkit::default_registry().names() + ")");
       }

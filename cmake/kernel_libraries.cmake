@@ -69,7 +69,9 @@ if(ATTNKIT_WITH_FLASHINFER)
     "${data}/cccl/libcudacxx/include" "${data}/cccl/cub" "${data}/cccl/thrust"
     "${data}/include" "${data}/cutlass/include"
     # The Hopper (FA3) headers include CUTLASS's utilities too.
-    "${data}/cutlass/tools/util/include")
+    "${data}/cutlass/tools/util/include"
+    # The XQA decode's sources (xqa/mha_sm90.cu), compiled by flashinfer_xqa_*.cu.
+    "${data}/csrc")
   set(ATTNKIT_FLASHINFER_VERSION "${attnkit_flashinfer_version}")
 endif()
 if(ATTNKIT_WITH_CUDNN)

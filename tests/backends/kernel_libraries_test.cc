@@ -15,8 +15,10 @@
 
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
+#include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/core/error.h"
 #include "attnkit/selection/registry.h"
+#include "attnkit/selection/validate.h"
 #endif
 #if ATTNKIT_HAVE_CUDNN
 #include <cudnn_version.h>
@@ -53,7 +55,9 @@ TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   const VariantCaps* fa3 = find_variant(caps, kFlashInferFa3Variant);
   ASSERT_NE(fa2, nullptr);
   ASSERT_NE(fa3, nullptr);
-  EXPECT_EQ(caps.variants.front().variant, kFlashInferFa3Variant) << "FA3 is preferred where it covers a layer";
+  ASSERT_EQ(caps.variants.size(), 3u);
+  EXPECT_EQ(caps.variants[0].variant, kFlashInferXqaVariant) << "XQA is preferred where it covers a layer";
+  EXPECT_EQ(caps.variants[1].variant, kFlashInferFa3Variant) << "then FA3";
   const std::vector<DType> dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3, DType::kFp8E5M2};
   for (DType dtype : dtypes) {
     for (DType kv : dtypes) {
@@ -80,6 +84,96 @@ TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   EXPECT_FALSE(fa3->features->has(Feature::kSlidingWindow)) << "no windowed FA3 kernel is instantiated";
   EXPECT_FALSE(fa3->features->has(Feature::kSoftCap)) << "no soft-capped FA3 kernel is instantiated";
   EXPECT_TRUE(fa3->features->has(Feature::kReturnLse));
+}
+
+// The XQA variant's sets, checked one by one by the selector, cover exactly the XQA
+// instantiations (over the backend's own combination rules).
+TEST(FlashInferBackend, TheXqaVariantDeclaresExactlyTheInstantiatedXqaKernels) {
+  const BackendCaps& caps = FlashInferBackend::caps();
+  const VariantCaps* xqa = find_variant(caps, kFlashInferXqaVariant);
+  ASSERT_NE(xqa, nullptr);
+  int declared_count = 0;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (DType kv : {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2}) {
+      for (int head_size : {64, 96, 128, 256}) {
+        for (int group = 1; group <= 16; ++group) {
+          for (int page : {1, 8, 16, 32, 64, 128}) {
+            AttentionConfig c;
+            c.platform = Platform::cuda(90, "sm_90 test device");
+            c.dtype = dtype;
+            c.kv_cache_dtype = kv;
+            c.head_size = head_size;
+            c.num_kv_heads = 2;
+            c.num_q_heads = 2 * group;
+            c.block_size = page;
+            const bool declared = validate(caps, c).empty() && resolve_variant(caps, c).variant == xqa;
+            declared_count += declared ? 1 : 0;
+            EXPECT_EQ(declared, kernels::flashinfer_xqa_instantiated({dtype, kv, head_size, group, page}))
+                << c.describe();
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(declared_count, 0);
+  ASSERT_TRUE(xqa->features.has_value());
+  EXPECT_EQ(xqa->features->bits(), 0u) << "XQA is instantiated without window, soft-cap or LSE";
+}
+
+TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
+  const BackendCaps& caps = FlashInferBackend::caps();
+  AttentionConfig c;
+  c.platform = Platform::cuda(90, "sm_90 test device");
+  c.dtype = c.kv_cache_dtype = DType::kBFloat16;
+  c.head_size = 128;
+  c.num_q_heads = 32;
+  c.num_kv_heads = 8;
+  c.block_size = 16;
+  EXPECT_EQ(resolve_variant(caps, c).variant->variant, kFlashInferXqaVariant);
+  AttentionConfig lse = c;
+  lse.features.add(Feature::kReturnLse);
+  EXPECT_EQ(resolve_variant(caps, lse).variant->variant, kFlashInferFa3Variant) << "XQA returns no LSE";
+  AttentionConfig group2 = c;
+  group2.num_q_heads = 16;
+  EXPECT_EQ(resolve_variant(caps, group2).variant->variant, kFlashInferFa3Variant) << "no XQA for 2 heads per KV head";
+  AttentionConfig page32 = c;
+  page32.block_size = 32;
+  EXPECT_EQ(resolve_variant(caps, page32).variant->variant, kFlashInferFa3Variant) << "no XQA for pages of 32";
+  AttentionConfig windowed = c;
+  windowed.features.add(Feature::kSlidingWindow);
+  windowed.kv_spec_kind = KVSpecKind::kSlidingWindow;
+  EXPECT_EQ(resolve_variant(caps, windowed).variant->variant, kFlashInferFa2Variant);
+  AttentionConfig fp8 = c;
+  fp8.kv_cache_dtype = DType::kFp8E4M3;
+  EXPECT_EQ(resolve_variant(caps, fp8).variant->variant, kFlashInferXqaVariant);
+  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant, DType::kFp8E4M3, 128))
+      << "its prefills over fp8 KV run the FA2 template (no fp8 FA3 instantiation)";
+  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant, DType::kBFloat16, 128));
+  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferFa2Variant, DType::kBFloat16, 128));
+}
+
+TEST(FlashInferBackend, TheXqaVariantRefusesAGroupSizeItWasNotCompiledFor) {
+  LayerParams p;
+  p.dtype = p.kv_cache_dtype = DType::kBFloat16;
+  p.num_q_heads = 16;
+  p.num_kv_heads = 8;
+  try {
+    FlashInferBackend::make_impl(p, kFlashInferXqaVariant);
+    FAIL() << "XQA compiled for 4 and 8 heads per KV head was given 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "num_q_heads/num_kv_heads");
+  }
+  p.num_q_heads = 32;
+  EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferXqaVariant));
+}
+
+TEST(FlashInferXqa, RefusesALaunchItCannotMakeBeforeAnyCudaCall) {
+  kernels::FlashInferXqaRun run;
+  run.config = {DType::kBFloat16, DType::kBFloat16, 128, 4, 16};
+  EXPECT_EQ(kernels::flashinfer_xqa_run(run, nullptr).cuda_error, cudaErrorInvalidValue) << "no tensors";
+  EXPECT_FALSE(kernels::flashinfer_xqa_instantiated({DType::kBFloat16, DType::kFloat16, 128, 4, 16}));
+  EXPECT_GE(kernels::flashinfer_xqa_scratch_bytes(run.config, 256, 8, 132),
+            (256u * 8u + 132u) * (4u * 128u * 2u)) << "a partial row per (request, KV head) split";
 }
 
 TEST(FlashInferBackend, TheFa3VariantRefusesLayersOnlyTheFa2TemplateRuns) {

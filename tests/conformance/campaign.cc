@@ -179,6 +179,7 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   if (c.cascade && record.requests.size() >= 2 && !cascade_taken)
     return "cascade forced over a shared prefix, but the metadata does not take the cascade path";
   record_coverage(c, cascade_taken, cov);
+  cov.variants.insert(std::string(variant));
   const std::string vs_dense = compare_with_dense(record, result, c.want_lse);
   if (!vs_dense.empty() || c.platform.kind != PlatformKind::kCuda) return vs_dense;
   // A CUDA backend is also checked against the CPU reference on the same inputs (B3 on the device).
@@ -339,6 +340,31 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   if (f.has(Feature::kReturnLse)) pins.push_back({"return_lse", [](auto& c) { c.want_lse = true; }});
   if (f.has(Feature::kCascade)) pins.push_back({"cascade", [](auto& c) { c.cascade = true; }});
 
+  // Every kernel variant declared here: a case within the sets it narrows, with the features it
+  // lacks off. Resolution may still name an earlier variant; unexercised() reports a variant no
+  // run resolved to.
+  for (const VariantCaps& v : backend.caps().variants) {
+    if (!v.platforms.empty() && !contains(v.platforms, platform.kind)) continue;
+    pins.push_back({"kernel variant " + std::string(v.variant.name), [&rng, &v](ConformanceCase& c) {
+                      if (!v.dtypes.empty()) c.batch.dtype = pick(rng, v.dtypes);
+                      if (!v.kv_cache_dtypes.empty()) c.batch.kv_dtype = pick(rng, v.kv_cache_dtypes);
+                      if (!v.head_sizes.empty()) c.batch.head_size = pick(rng, v.head_sizes);
+                      if (!v.group_sizes.empty()) {
+                        c.batch.num_q_heads = pick(rng, v.group_sizes);
+                        c.batch.num_kv_heads = 1;
+                      }
+                      if (!v.block_sizes.empty()) c.kernel_block_size = c.batch.page_size = pick(rng, v.block_sizes);
+                      if (v.features) {
+                        if (!v.features->has(Feature::kSlidingWindow)) c.batch.sliding_window.reset();
+                        if (!v.features->has(Feature::kSoftCap)) c.batch.soft_cap.reset();
+                        if (!v.features->has(Feature::kSinks)) c.batch.sinks = false;
+                        if (!v.features->has(Feature::kAlibi)) c.batch.alibi = false;
+                        if (!v.features->has(Feature::kReturnLse)) c.want_lse = false;
+                        if (!v.features->has(Feature::kCascade)) c.cascade = false;
+                      }
+                    }});
+  }
+
   for (const auto& [what, pin] : pins) {
     for (int i = 0; i < kRunsPerPinnedValue; ++i) {
       ConformanceCase c;
@@ -388,6 +414,10 @@ std::vector<std::string> unexercised(const BackendCaps& declared, const Campaign
   for (Feature f : kAllFeatures)
     if (caps.features.has(f) && !cov.features.count(f)) missing.push_back("feature " + std::string(to_string(f)));
   if (caps.features.has(Feature::kSlidingWindow) && !cov.window_of_one) missing.push_back("sliding window 1");
+  for (const VariantCaps& v : declared.variants) {
+    if (!v.platforms.empty() && !contains(v.platforms, r.platform)) continue;
+    if (!cov.variants.count(v.variant.name)) missing.push_back("kernel variant " + std::string(v.variant.name));
+  }
   return missing;
 }
 

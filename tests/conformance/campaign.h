@@ -38,6 +38,7 @@ struct Coverage {
   std::set<AttentionType> attn_types;
   std::set<Feature> features;  // cascade only when the metadata shows the cascade path was taken
   bool window_of_one = false;  // sliding window W = 1 (sees only the current token)
+  std::set<std::string, std::less<>> variants;  // the kernel variants that ran (S6: the resolved ones)
 };
 
 struct CampaignResult {

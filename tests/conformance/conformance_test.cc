@@ -76,7 +76,8 @@ TEST(ConformanceHarness, CoversTheReferenceAndOnlyAttentionBackends) {
 }
 
 // The coverage check is able to fail: capabilities added to the REFERENCE's declaration that no
-// run exercised (a head size, a feature the harness has no input for, a block size) are reported.
+// run exercised (a head size, a feature the harness has no input for, a block size, a kernel
+// variant) are reported.
 TEST(ConformanceHarness, CoverageCheckReportsADeclaredCapabilityNoRunExercised) {
   const BackendType* reference = find_backend("REFERENCE");
   ASSERT_NE(reference, nullptr);
@@ -85,7 +86,12 @@ TEST(ConformanceHarness, CoverageCheckReportsADeclaredCapabilityNoRunExercised) 
   widened.head_sizes.push_back(48);
   widened.features.add(Feature::kMultimodalPrefix);
   widened.block_sizes.sizes = {5};
+  // A variant after one that covers everything it does never runs.
+  VariantCaps shadowed;
+  shadowed.variant = KernelVariant{"shadowed", 99};
+  widened.variants.push_back(shadowed);
   const std::vector<std::string> missing = unexercised(widened, r);
+  EXPECT_TRUE(contains(missing, std::string("kernel variant shadowed")));
   EXPECT_TRUE(contains(missing, std::string("head_size 48")));
   EXPECT_TRUE(contains(missing, std::string("feature multimodal_prefix")));
   EXPECT_TRUE(contains(missing, std::string("block_size 5")));

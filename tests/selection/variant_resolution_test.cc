@@ -42,6 +42,33 @@ TEST(VariantResolution, TheFirstVariantThatCoversTheConfigurationIsChosen) {
   EXPECT_EQ(selector.select(split_config(128), "SPLIT").variant, (KernelVariant{"split-small", 0}));
 }
 
+// "BACKEND:variant" pins a variant: it runs where it covers the configuration, even where an
+// earlier variant would have been resolved, and is refused (never replaced) where it does not.
+TEST(VariantResolution, APinnedVariantRunsWhereItCoversAndIsRefusedWhereItDoesNot) {
+  Selector selector(split_registry());
+  const Selection& pinned = selector.select(split_config(128), "SPLIT:split-large");
+  EXPECT_EQ(pinned.variant, (KernelVariant{"split-large", 1})) << "split-small would be resolved";
+  EXPECT_TRUE(pinned.variant_pinned);
+  EXPECT_NE(pinned.choice_line().find("(explicit, variant pinned)"), std::string::npos) << pinned.choice_line();
+  EXPECT_EQ(selector.select(split_config(128), "SPLIT").variant, (KernelVariant{"split-small", 0}))
+      << "the unpinned name is another cache entry";
+  try {
+    selector.select(split_config(64), "SPLIT:split-large");
+    FAIL() << "a pinned variant that does not cover head size 64 must be refused, not replaced";
+  } catch (const SelectionError& e) {
+    ASSERT_EQ(e.candidates().size(), 1u);
+    ASSERT_EQ(e.candidates()[0].reasons.size(), 1u);
+    EXPECT_EQ(e.candidates()[0].reasons[0].parameter, "head_size");
+    EXPECT_EQ(e.value(), "SPLIT:split-large");
+  }
+  try {
+    selector.select(split_config(128), "SPLIT:split-medium");
+    FAIL() << "an unknown variant";
+  } catch (const SelectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("split-small"), std::string::npos) << e.what();
+  }
+}
+
 TEST(VariantResolution, AHeadSizeOnlyTheSecondVariantCoversSelectsIt) {
   const VariantResolution resolution = resolve_variant(FakeSplitBackend::caps(), split_config(256));
   ASSERT_NE(resolution.variant, nullptr);

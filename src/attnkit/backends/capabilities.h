@@ -66,6 +66,10 @@ struct VariantCaps {
   std::vector<DType> dtypes = {};
   std::vector<DType> kv_cache_dtypes = {};
   std::vector<int> head_sizes = {};
+  // Kernels that fix these at compile time (FlashInfer's XQA): num_q_heads / num_kv_heads, and
+  // the kernel page sizes. The backend declares no group-size set (any); empty = inherit.
+  std::vector<int> group_sizes = {};
+  std::vector<int> block_sizes = {};
   // Optional rather than empty-means-inherit: "no optional feature" is a set a kernel may have.
   std::optional<FeatureSet> features = std::nullopt;
   std::vector<PlatformKind> platforms = {};

@@ -8,7 +8,7 @@ std::vector<std::vector<LayerId>> partition_attention_layers(std::span<const Lay
   std::vector<AttentionGroupKey> seen;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     std::size_t g = 0;
-    while (g < seen.size() && !(seen[g].backend == keys[i].backend && seen[g].num_q_heads == keys[i].num_q_heads)) ++g;
+    while (g < seen.size() && !(seen[g] == keys[i])) ++g;
     if (g == seen.size()) {
       seen.push_back(keys[i]);
       groups.emplace_back();

@@ -1,5 +1,6 @@
 // G1/G2: attn_groups[kv_cache_group][attention_group]. The outer level owns one block table and
-// slot mapping; the inner level groups layers by (backend, KV spec, query heads per rank) and owns
+// slot mapping; the inner level groups layers by (backend, kernel variant, KV spec, query heads per
+// rank) and owns
 // the one builder whose metadata every layer of the group reads.
 #pragma once
 
@@ -56,9 +57,14 @@ struct KVGroupState {
 };
 
 // Identity of an attention group inside its KV group.
+// The kernel variant is part of the key: a builder plans for one variant's kernels (FLASHINFER's
+// XQA decodes need no FlashInfer plan, its FA2 decodes do), so layers of one backend whose
+// configurations resolve to different variants get a builder each.
 struct AttentionGroupKey {
   const BackendType* backend;
   int num_q_heads;
+  KernelVariant variant;
+  bool operator==(const AttentionGroupKey&) const = default;
 };
 
 // Splits the layers of one KV group (given as (layer id, backend, q heads)) into attention groups

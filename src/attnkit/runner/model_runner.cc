@@ -191,7 +191,8 @@ void ModelRunner::build_groups() {
     std::vector<const BackendCaps*> caps;
     for (int li : kv.layer_indices) {
       ids.push_back(context_.id_at(li));
-      keys.push_back({selections_[static_cast<std::size_t>(li)]->backend, layers_[static_cast<std::size_t>(li)].params.num_q_heads});
+      const Selection& sel = *selections_[static_cast<std::size_t>(li)];
+      keys.push_back({sel.backend, layers_[static_cast<std::size_t>(li)].params.num_q_heads, sel.variant});
       const BackendCaps* c = &selections_[static_cast<std::size_t>(li)]->backend->caps();
       if (std::find(caps.begin(), caps.end(), c) == caps.end()) caps.push_back(c);
     }

@@ -50,6 +50,11 @@ std::string widened_set(const VariantCaps& v, const BackendCaps& caps) {
   if (!subset_of(v.head_sizes, caps.head_sizes)) {
     return "head sizes " + supported::head_sizes(v.head_sizes) + within + supported::head_sizes(caps);
   }
+  for (int b : v.block_sizes) {
+    if (!caps.block_sizes.contains(b)) {
+      return "block size " + std::to_string(b) + within + caps.block_sizes.describe();
+    }
+  }
   if (v.features && (v.features->bits() & ~caps.features.bits()) != 0) {
     return "features " + supported::features(*v.features) + within + supported::features(caps.features);
   }
@@ -74,7 +79,7 @@ void check_variants(const BackendCaps& caps) {
     const std::string widened = widened_set(caps.variants[i], caps);
     ATTNKIT_REQUIRE(widened.empty(), "kernel variant", described, "sets within " + backend + "'s",
                     "a variant may only narrow its backend's platforms, compute capabilities, dtypes, KV dtypes, "
-                    "head sizes and features; this one declares " + widened);
+                    "head sizes, block sizes and features; this one declares " + widened);
   }
 }
 

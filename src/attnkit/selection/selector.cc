@@ -31,7 +31,7 @@ std::string selection_line(const Selection& s, const std::string& middle) {
   std::string line = "attention backend " + std::string(s.backend ? s.backend->name() : "?") + ", kernel " +
                      std::string(s.variant.name) + middle;
   const std::vector<CandidateReport>& candidates = s.candidates;
-  if (s.explicit_choice) return line + " (explicit)";
+  if (s.explicit_choice) return line + (s.variant_pinned ? " (explicit, variant pinned)" : " (explicit)");
   line += " (auto: first valid of ";
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (i) line += ", ";
@@ -89,24 +89,42 @@ const Selection& Selector::select(const AttentionConfig& config, std::optional<s
   return stored;
 }
 
-Selection Selector::select_explicit(const AttentionConfig& config, std::string_view name) const {
+Selection Selector::select_explicit(const AttentionConfig& config, std::string_view requested) const {
+  // "BACKEND:variant" pins the kernel variant too; the variant is then never replaced either.
+  const std::size_t colon = requested.find(':');
+  const std::string_view name = requested.substr(0, colon);
   const BackendType* type = registry_->find(name);
   if (type == nullptr) {
     throw SelectionError("unknown attention backend \"" + std::string(name) + "\"; registered backends: " +
                              registry_->names() + " (names are case-sensitive)",
-                         std::string(name), accepting_backends(*registry_, config), {});
+                         std::string(requested), accepting_backends(*registry_, config), {});
   }
-  CandidateReport report{type->name(), validate(type->caps(), config)};
+  const VariantCaps* pinned = nullptr;
+  if (colon != std::string_view::npos) {
+    const std::string_view variant = requested.substr(colon + 1);
+    for (const VariantCaps& v : type->caps().variants) {
+      if (v.variant.name == variant) pinned = &v;
+    }
+    if (pinned == nullptr) {
+      throw SelectionError("attention backend " + std::string(type->name()) + " has no kernel variant \"" +
+                               std::string(variant) + "\"; its variants: " + variant_names(type->caps()),
+                           std::string(requested), variant_names(type->caps()), {});
+    }
+  }
+  CandidateReport report{type->name(), pinned ? validate_variant(type->caps(), *pinned, config)
+                                              : validate(type->caps(), config)};
   if (!report.valid()) {
     std::string accepting = accepting_backends(*registry_, config);
-    std::string message = "attention backend " + std::string(type->name()) +
+    std::string message = "attention backend " + std::string(requested) +
                           " was requested explicitly but cannot run " + config.describe() +
-                          "; it is never replaced by another backend (backends that accept this configuration: " +
-                          accepting + "):";
+                          (pinned ? "; it is never replaced by another backend or kernel variant"
+                                  : "; it is never replaced by another backend") +
+                          " (backends that accept this configuration: " + accepting + "):";
     append_reasons(message, report);
-    throw SelectionError(std::move(message), std::string(name), std::move(accepting), {std::move(report)});
+    throw SelectionError(std::move(message), std::string(requested), std::move(accepting), {std::move(report)});
   }
-  return Selection{type, resolved_variant(*type, config), true, {std::move(report)}, config};
+  return Selection{type, pinned ? pinned->variant : resolved_variant(*type, config), true, {std::move(report)},
+                   config, pinned != nullptr};
 }
 
 Selection Selector::select_auto(const AttentionConfig& config) const {

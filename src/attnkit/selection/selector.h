@@ -36,6 +36,8 @@ struct Selection {
   std::vector<CandidateReport> candidates;
   // The configuration this selection answers (its cache key, with the requested name).
   AttentionConfig config;
+  // Requested as "BACKEND:variant": `variant` is that one, not resolve_variant()'s choice.
+  bool variant_pinned = false;
 
   // The S3 log line, what the selector's sink receives once per new selection: backend, kernel
   // variant, the configuration (AttentionConfig::describe()) and how the backend was chosen:
@@ -70,6 +72,8 @@ class Selector {
 
   // Explicit (name given): validates that backend only; invalid -> SelectionError with all its
   // reasons, unknown name -> SelectionError listing the registered names. Never substitutes.
+  // "BACKEND:variant" also pins the kernel variant (to compare a backend's kernels on one
+  // workload): that variant's reasons refuse the configuration, an unknown one lists the declared.
   // Auto (nullopt): walks the platform's priority list; the first valid backend wins; none ->
   // SelectionError with every candidate's reasons.
   // Memoized on (every config field, name or none); the returned reference stays valid for the

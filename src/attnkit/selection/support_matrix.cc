@@ -55,6 +55,8 @@ std::string kernel_variants(const BackendCaps& caps) {
     if (!v.dtypes.empty()) narrowed.push_back("dtypes " + supported::dtypes(v.dtypes));
     if (!v.kv_cache_dtypes.empty()) narrowed.push_back("KV dtypes " + supported::dtypes(v.kv_cache_dtypes));
     if (!v.head_sizes.empty()) narrowed.push_back("head sizes " + supported::head_sizes(v.head_sizes));
+    if (!v.group_sizes.empty()) narrowed.push_back("group sizes " + supported::sizes(v.group_sizes));
+    if (!v.block_sizes.empty()) narrowed.push_back("block sizes " + supported::sizes(v.block_sizes));
     if (v.features) narrowed.push_back("features " + supported::features(*v.features));
     if (!out.empty()) out += "; ";
     out += v.variant.name;

@@ -82,6 +82,24 @@ void check_head_size(const std::vector<int>& head_sizes, const AttentionConfig& 
   }
 }
 
+// Only variants declare group sizes (query heads per KV head) and exact page sizes.
+void check_group_size(const std::vector<int>& group_sizes, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (c.num_kv_heads <= 0 || c.num_q_heads % c.num_kv_heads != 0) return;  // check_shape says it
+  const int group = c.num_q_heads / c.num_kv_heads;
+  if (!contains(group_sizes, group)) {
+    out.push_back(feature_reason("num_q_heads/num_kv_heads", std::to_string(group), supported::sizes(group_sizes),
+                                 "the kernel is compiled for these query heads per KV head"));
+  }
+}
+
+void check_variant_block_size(const std::vector<int>& block_sizes, const AttentionConfig& c,
+                              std::vector<Reason>& out) {
+  if (!contains(block_sizes, c.block_size)) {
+    out.push_back(feature_reason("block_size", std::to_string(c.block_size), supported::sizes(block_sizes),
+                                 "the kernel is compiled for these page sizes"));
+  }
+}
+
 void check_features(FeatureSet offered, const AttentionConfig& c, std::vector<Reason>& out) {
   for (Feature f : kAllFeatures) {
     if (c.features.has(f) && !offered.has(f)) {
@@ -168,6 +186,8 @@ std::vector<Reason> variant_reasons(const BackendCaps& caps, const VariantCaps& 
   if (!variant.dtypes.empty()) check_dtype(variant.dtypes, c, out);
   if (!variant.kv_cache_dtypes.empty()) check_kv_cache_dtype(variant.kv_cache_dtypes, c, out);
   if (!variant.head_sizes.empty()) check_head_size(variant.head_sizes, c, out);
+  if (!variant.group_sizes.empty()) check_group_size(variant.group_sizes, c, out);
+  if (!variant.block_sizes.empty()) check_variant_block_size(variant.block_sizes, c, out);
   if (variant.features) check_features(*variant.features, c, out);
   for (Reason& r : out) {
     r.kind = ReasonKind::kVariant;
@@ -207,16 +227,34 @@ std::string Reason::message() const {
   return msg;
 }
 
-std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& config) {
+namespace {
+std::vector<Reason> backend_reasons(const BackendCaps& caps, const AttentionConfig& config) {
   std::vector<Reason> reasons;
   check_hardware(caps, config, reasons);
   check_shape(config, reasons);
   check_parameters(caps, config, reasons);
   check_combinations(caps, config, reasons);
-  const std::size_t backend_reasons = reasons.size();
-  for (Reason& r : resolve_variant(caps, config).reasons) {
-    if (!stated_by_backend(std::span(reasons).first(backend_reasons), r)) reasons.push_back(std::move(r));
+  return reasons;
+}
+
+void append_unstated(std::vector<Reason>& reasons, std::vector<Reason> variant) {
+  const std::size_t stated = reasons.size();
+  for (Reason& r : variant) {
+    if (!stated_by_backend(std::span(reasons).first(stated), r)) reasons.push_back(std::move(r));
   }
+}
+}  // namespace
+
+std::vector<Reason> validate(const BackendCaps& caps, const AttentionConfig& config) {
+  std::vector<Reason> reasons = backend_reasons(caps, config);
+  append_unstated(reasons, resolve_variant(caps, config).reasons);
+  return reasons;
+}
+
+std::vector<Reason> validate_variant(const BackendCaps& caps, const VariantCaps& variant,
+                                     const AttentionConfig& config) {
+  std::vector<Reason> reasons = backend_reasons(caps, config);
+  append_unstated(reasons, variant_reasons(caps, variant, config));
   return reasons;
 }
 
@@ -273,6 +311,8 @@ std::string dtypes(const std::vector<DType>& values) {
 }
 
 std::string head_sizes(const BackendCaps& caps) { return head_sizes(caps.head_sizes); }
+
+std::string sizes(const std::vector<int>& values) { return head_sizes(values); }
 
 std::string head_sizes(const std::vector<int>& values) {
   return braced(values, [](int s) { return std::to_string(s); });

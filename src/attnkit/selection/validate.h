@@ -51,6 +51,11 @@ struct VariantResolution {
 // resolves; a backend that declares no variant resolves nothing.
 VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig& config);
 
+// A variant the user pins ("FLASHINFER:fa3-paged", Selector::select): every reason the backend
+// rejects `config` (as validate(), without the other variants) and every reason `variant` does
+// not cover it. Empty means that variant runs it.
+std::vector<Reason> validate_variant(const BackendCaps& caps, const VariantCaps& variant, const AttentionConfig& config);
+
 // The configuration's value of a parameter by its validate() name ("kv_cache_dtype", "block_size",
 // a feature name such as "sinks" -> "on"/"off"); empty when the name is unknown.
 std::string parameter_value(const AttentionConfig& config, std::string_view parameter);
@@ -63,6 +68,7 @@ std::string platforms(const std::vector<PlatformKind>& platforms, const ComputeC
 std::string dtypes(const std::vector<DType>& dtypes);
 std::string head_sizes(const BackendCaps& caps);
 std::string head_sizes(const std::vector<int>& head_sizes);
+std::string sizes(const std::vector<int>& values);  // "{16, 64}": group or page sizes
 std::string features(FeatureSet features);  // "{sliding_window, soft_cap}" or "none"
 std::string kv_layouts(const BackendCaps& caps);
 std::string attention_types(const BackendCaps& caps);

@@ -1,11 +1,13 @@
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
 #include "attnkit/backends/flashinfer/flashinfer_builder.h"
 #include "attnkit/backends/flashinfer/flashinfer_impl.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
+#include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 
 namespace attnkit {
 
@@ -15,7 +17,41 @@ bool kv_neither_query_dtype_nor_e4m3(const AttentionConfig& c) {
   return c.kv_cache_dtype != c.dtype && c.kv_cache_dtype != DType::kFp8E4M3;
 }
 bool fp8_kv_at_head_size_64(const AttentionConfig& c) { return is_fp8(c.kv_cache_dtype) && c.head_size == 64; }
+
+template <class T>
+void add_once(std::vector<T>& set, T value) {
+  if (std::find(set.begin(), set.end(), value) == set.end()) set.push_back(value);
+}
+
+// The XQA variant's sets, read from the instantiation list (a full product, so the selector's
+// set-by-set check covers exactly the instantiated configurations).
+VariantCaps xqa_variant_caps() {
+  VariantCaps v;
+  v.variant = kFlashInferXqaVariant;
+  v.summary =
+      "decodes through FlashInfer's Hopper XQA kernel (wgmma, TMA page loads, split-KV merged in the same launch), "
+      "prefills and extends through the FA3 template over 16-bit KV and the FA2 template over fp8 KV; no window, "
+      "soft-cap or LSE";
+#define ATTNKIT_XQA_SETS(tag, dtype, kv, head, group, page) \
+  add_once(v.dtypes, DType::dtype);                         \
+  add_once(v.kv_cache_dtypes, DType::kv);                   \
+  add_once(v.head_sizes, head);                             \
+  add_once(v.group_sizes, group);                           \
+  add_once(v.block_sizes, page);
+  ATTNKIT_FLASHINFER_XQA_INSTANCES(ATTNKIT_XQA_SETS)
+#undef ATTNKIT_XQA_SETS
+  for (auto* set : {&v.head_sizes, &v.group_sizes, &v.block_sizes}) std::sort(set->begin(), set->end());
+  v.features = FeatureSet{};
+  v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
+  return v;
+}
 }  // namespace
+
+bool flashinfer_prefills_use_fa3(KernelVariant variant, DType kv_cache_dtype, int head_size) {
+  if (variant == kFlashInferFa3Variant) return true;
+  return variant == kFlashInferXqaVariant && !is_fp8(kv_cache_dtype) &&
+         kernels::flashinfer_fa3_instantiated(kv_cache_dtype, head_size);
+}
 
 const BackendCaps& FlashInferBackend::caps() {
   static const BackendCaps caps = [] {
@@ -42,7 +78,9 @@ const BackendCaps& FlashInferBackend::caps() {
     fa3.features = FeatureSet{Feature::kReturnLse};
     fa3.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};  // fp8 KV layers run the FA2 template
     fa3.cuda_compute_capability = ComputeCapabilityRange{90, 90};
-    c.variants = {fa3, fa2};
+    // XQA first: where it covers a layer it is the fastest decode this card has of FlashInfer's
+    // (bench/notes/flashinfer.md, r14).
+    c.variants = {xqa_variant_caps(), fa3, fa2};
     c.platforms = {PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};

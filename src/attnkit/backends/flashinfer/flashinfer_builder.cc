@@ -4,6 +4,7 @@
 #include <string>
 
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
 #include "attnkit/metadata/csr_page_table_kernel.h"
@@ -42,7 +43,28 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
     max_rows = std::max(max_rows, size);
   }
   int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
-  fa3_ = ctx.variant == kFlashInferFa3Variant;
+  fa3_ = flashinfer_prefills_use_fa3(ctx.variant, ctx.kv_spec.dtype, ctx.head_size);
+  xqa_ = ctx.variant == kFlashInferXqaVariant;
+  if (xqa_) {
+    const std::int32_t group = ctx.num_q_heads / ctx.num_kv_heads;
+    bool instantiated = false;
+    for (DType query : {DType::kBFloat16, DType::kFloat16}) {
+      instantiated = instantiated || kernels::flashinfer_xqa_instantiated(kernels::FlashInferXqaConfig{
+                                         query, ctx.kv_spec.dtype, ctx.head_size, group, ctx.kernel_block_size});
+    }
+    ATTNKIT_REQUIRE(instantiated, "kv_cache_dtype/head_size/group size/kernel_block_size",
+                    std::string(to_string(ctx.kv_spec.dtype)) + "/" + str(ctx.head_size) + "/" + str(group) + "/" +
+                        str(ctx.kernel_block_size),
+                    "an instantiated XQA configuration (attnkit backends lists them)", "xqa-paged");
+    const std::size_t semaphores = kernels::flashinfer_xqa_semaphore_count(max_reqs, ctx.num_kv_heads);
+    xqa_semaphores_ = DeviceArray<std::uint32_t>(builder_device_memory(ctx, "FLASHINFER builder"), semaphores);
+    kernels::check_launch(kernels::flashinfer_xqa_clear_semaphores(xqa_semaphores_.data(), semaphores));
+    // The partial rows are in the query dtype: 16-bit for every instantiation.
+    const kernels::FlashInferXqaConfig bound{DType::kBFloat16, ctx.kv_spec.dtype, ctx.head_size, group,
+                                             ctx.kernel_block_size};
+    xqa_scratch_ = DeviceArray<std::byte>(builder_device_memory(ctx, "FLASHINFER builder"),
+                                          kernels::flashinfer_xqa_scratch_bytes(bound, max_reqs, ctx.num_kv_heads, sms));
+  }
   if (fa3_) {
     ATTNKIT_REQUIRE(kernels::flashinfer_fa3_supported_step(max_reqs, max_tokens), "max_num_tokens/max_num_reqs",
                     str(max_tokens) + "/" + str(max_reqs), "at most 4096 query tiles of 128 rows per head",
@@ -87,6 +109,9 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   m.float_buffer = float_buffer_.data();
   m.decode.int_buffer = decode_ints_.device;
   m.prefill.int_buffer = prefill_ints_.device;
+  m.xqa.semaphores = xqa_semaphores_.data();
+  m.xqa.scratch = xqa_scratch_.data();
+  m.xqa.num_sms = sms;
 }
 
 FlashInferMetadataBuilder::~FlashInferMetadataBuilder() { kernels::flashinfer_destroy_copy_stream(copy_stream_); }
@@ -111,17 +136,19 @@ void FlashInferMetadataBuilder::pad_decode_requests(std::int32_t num_reqs, std::
 }
 
 void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
-                                               bool fa3, const WorkspaceRegion<std::int32_t>& qo,
+                                               bool fa3, bool xqa, const WorkspaceRegion<std::int32_t>& qo,
                                                const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out) {
   out.batch = batch;
   out.launch_reqs = launch_reqs;
   out.plan = {};
   out.uses_fa3 = fa3;
   out.fa3_plan = {};
+  out.uses_xqa = xqa;
   out.qo_indptr = qo.device;
   out.kv_indptr = indptr_.device + batch.first_request;
   out.kv_last_page_len = last_page_len_.device + batch.first_request;
-  if (launch_reqs == 0) return;
+  // XQA needs no plan: it splits each request's keys from the SM count and merges in its launch.
+  if (launch_reqs == 0 || out.uses_xqa) return;
   kernels::FlashInferPrefillBatch b;
   b.num_q_heads = context_.num_q_heads;
   b.num_kv_heads = context_.num_kv_heads;
@@ -179,8 +206,22 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     device_block_table_ = common.block_table.data.data();
     block_table_stride_ = common.block_table.row_stride;
   }
-  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, /*fa3=*/false, decode_qo_, decode_ints_, m.decode);
-  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, fa3_, prefill_qo_, prefill_ints_,
+  if (xqa_ && decode_launch > 0) {
+    // XQA reads the runner's device block table (kernel pages) and device-truth lengths, whose
+    // first rows are the decodes (padding rows of a graph plan: length 0).
+    ATTNKIT_REQUIRE(common.block_table.data.space() != MemorySpace::kHost && common.block_table.num_rows >= decode_launch &&
+                        common.block_table.row_stride > 0 && common.seq_lens.size() >= sz(decode_launch),
+                    "block_table/seq_lens", str(common.block_table.num_rows) + " rows, " + str(common.seq_lens.size()),
+                    "device arrays with a row per launched decode (" + str(decode_launch) + ")",
+                    "XQA reads the runner's block table and lengths on the device");
+    m.xqa.block_table = common.block_table.data.data();
+    m.xqa.block_table_stride = common.block_table.row_stride;
+    m.xqa.seq_lens = common.seq_lens.data();
+  }
+  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, /*fa3=*/false, xqa_, decode_qo_, decode_ints_,
+                 m.decode);
+  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, fa3_, /*xqa=*/false, prefill_qo_,
+                 prefill_ints_,
                  m.prefill);
   m.output_rows = m.graph_plan ? decode_launch : m.step.num_actual_tokens;
   // A graph plan copies the small CSR arrays whole (a size fixed at start-up) and gathers its page

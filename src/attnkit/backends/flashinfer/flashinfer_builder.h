@@ -9,6 +9,9 @@
 // itself in enqueue(): so the plan follows the build/enqueue split of every builder, and the
 // mirror is rewritten only after the runner's wait for the previous step's copies.
 //
+// The xqa-paged variant plans no decodes: XQA reads the runner's device block table and lengths
+// directly and splits and merges inside its launch; the builder owns its semaphores and scratch.
+//
 // CUDA graphs (C1 kUniformSingleTokenDecode): a decode-only step whose padded token count is a
 // capture size is planned in FlashInfer's CUDA-graph mode over the padded requests, eager or
 // captured alike, so a graph captured at one such step replays any later one bit for bit like
@@ -47,14 +50,17 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
-  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, bool fa3,
+  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, bool fa3, bool xqa,
                       const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
                       FlashInferSubPlan& out);
   bool is_capture_size(std::int32_t num_tokens_padded) const;
   void pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded);
 
   BuilderContext context_;
-  bool fa3_ = false;  // the fa3-paged variant: prefills through the FA3 template
+  bool fa3_ = false;  // prefills through the FA3 template (flashinfer_prefills_use_fa3)
+  bool xqa_ = false;  // the xqa-paged variant: decodes through XQA
+  DeviceArray<std::uint32_t> xqa_semaphores_;
+  DeviceArray<std::byte> xqa_scratch_;
   std::int32_t max_blocks_per_req_ = 0;
   std::int32_t window_left_ = -1;
   std::size_t int_bytes_ = 0;

@@ -6,6 +6,7 @@
 #include "attnkit/backends/device_layer_io.h"
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
 #include "attnkit/backends/flashinfer/flashinfer_metadata.h"
+#include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -38,6 +39,13 @@ FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant)
     ATTNKIT_REQUIRE(std::find(declared.head_sizes.begin(), declared.head_sizes.end(), params.head_size) !=
                         declared.head_sizes.end(),
                     "head_size", str(params.head_size), "the variant's instantiated head sizes", std::string(variant.name));
+  }
+  if (!declared.group_sizes.empty()) {
+    const int group = params.num_q_heads / params.num_kv_heads;
+    ATTNKIT_REQUIRE(std::find(declared.group_sizes.begin(), declared.group_sizes.end(), group) !=
+                        declared.group_sizes.end(),
+                    "num_q_heads/num_kv_heads", str(group), "the variant's instantiated group sizes",
+                    std::string(variant.name));
   }
   kernels::FlashInferPrefillRun& r = run_;
   r.dtype = params.dtype;
@@ -98,6 +106,12 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
   const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
   for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
     if (sub->launch_reqs == 0) continue;
+    if (sub->uses_xqa) {
+      ATTNKIT_REQUIRE(lse.empty(), "lse", "a tensor", "empty for the xqa-paged variant",
+                      "XQA returns no LSE; a layer that needs it resolves to fa3-paged or fa2-paged at selection");
+      run_xqa_decodes(*sub, md, query, output, r, stream);
+      continue;
+    }
     const std::int64_t first = sub->batch.first_token;
     r.batch_size = sub->launch_reqs;
     r.rows = sub == &md.decode ? sub->launch_reqs : sub->batch.num_tokens;
@@ -119,6 +133,42 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
     kernels::check_launch(
         kernels::flashinfer_lse_to_natural(static_cast<float*>(lse.data), rows, params_.num_q_heads, heads, stream.handle));
   }
+}
+
+}  // namespace attnkit
+
+namespace attnkit {
+
+// The decode sub-batch through XQA: its rows are the first launch_reqs of the step.
+void FlashInferImpl::run_xqa_decodes(const FlashInferSubPlan& sub, const FlashInferMetadata& md,
+                                     const TensorView& query, const TensorView& output,
+                                     const kernels::FlashInferPrefillRun& common, Stream stream) const {
+  const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
+  check_dense_rows(query, "query", heads, d, "FlashInfer's XQA decode reads dense query rows");
+  kernels::FlashInferXqaRun x;
+  x.config = {params_.dtype, params_.kv_cache_dtype, params_.head_size, params_.num_q_heads / params_.num_kv_heads,
+              md.page_size};
+  ATTNKIT_REQUIRE(kernels::flashinfer_xqa_instantiated(x.config), "kernel_block_size", str(md.page_size),
+                  "an XQA instantiation's page size", "the xqa-paged variant is compiled per page size");
+  x.num_kv_heads = params_.num_kv_heads;
+  x.batch_size = sub.launch_reqs;
+  const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
+  x.q = static_cast<const char*>(query.data) + sub.batch.first_token * query.stride[0] * elem;
+  x.o = static_cast<char*>(output.data) + sub.batch.first_token * output.stride[0] * elem;
+  x.k = common.k;
+  x.v = common.v;
+  x.stride_page = common.stride_page;
+  x.stride_token = common.stride_token;
+  x.stride_head = common.stride_head;
+  x.block_table = md.xqa.block_table;
+  x.max_pages_per_req = md.xqa.block_table_stride;
+  x.seq_lens = md.xqa.seq_lens;
+  x.semaphores = md.xqa.semaphores;
+  x.scratch = md.xqa.scratch;
+  x.sm_scale = common.sm_scale;
+  x.num_sms = md.xqa.num_sms;
+  x.pdl = true;
+  kernels::check_launch(kernels::flashinfer_xqa_run(x, stream.handle));
 }
 
 }  // namespace attnkit

@@ -1,7 +1,9 @@
-// A FLASHINFER layer: FlashInfer's paged prefill kernel over each sub-batch of its group's plan.
+// A FLASHINFER layer: per sub-batch of its group's plan, the kernel its variant names (FlashInfer's
+// FA2 or FA3 paged prefill template, or for the xqa-paged variant's decodes its XQA kernel).
 #pragma once
 
 #include "attnkit/backends/backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_metadata.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 
 namespace attnkit {
@@ -19,6 +21,14 @@ class FlashInferImpl final : public AttentionImpl {
                Stream stream) override;
 
  private:
+  // XQA is launched with programmatic dependent launch in FlashInfer's "aggressive" mode: it reads
+  // the block table, the lengths and the older keys and values before it waits for the kernel
+  // before it, and waits before it reads the queries and the newest token's keys and values. So
+  // the kernel before it on the stream may write those (the KV update, a RoPE kernel), nothing
+  // else it reads: the runner's per-step arrays are written before the step's first layer.
+  void run_xqa_decodes(const FlashInferSubPlan& sub, const FlashInferMetadata& md, const TensorView& query,
+                       const TensorView& output, const kernels::FlashInferPrefillRun& common, Stream stream) const;
+
   LayerParams params_;
   KernelVariant variant_;
   kernels::FlashInferPrefillRun run_;  // the per-layer constants, filled once

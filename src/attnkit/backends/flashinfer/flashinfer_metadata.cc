@@ -16,6 +16,7 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.scalar("max_query_len", s.batch.max_query_len);
   v.scalar("max_seq_len", s.batch.max_seq_len);
   v.array("qo_indptr", qo);
+  v.text("kernel", s.uses_xqa ? "xqa" : s.uses_fa3 ? "fa3" : "fa2");
   v.begin_object("flashinfer_plan");
   v.flag("planned", s.plan.planned);
   v.scalar("cta_tile_q", s.plan.cta_tile_q);

@@ -23,11 +23,27 @@ struct FlashInferSubPlan {
   // The fa3-paged variant's prefill sub-batch runs the FA3 template from FlashInfer's SM90 plan.
   bool uses_fa3 = false;
   kernels::FlashInferFa3Plan fa3_plan;
-  std::size_t int_upload_bytes() const { return uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used; }
+  // The xqa-paged variant's decode sub-batch runs XQA, which needs no plan (see FlashInferXqaDecode).
+  bool uses_xqa = false;
+  std::size_t int_upload_bytes() const {
+    return uses_xqa ? 0 : uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used;
+  }
   std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
   std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr
   std::int32_t* kv_last_page_len = nullptr;  // device, the batch's slice
   void* int_buffer = nullptr;                // device, FlashInfer's int workspace of this plan
+};
+
+// What XQA reads of a step besides the layer's tensors: the runner's own device arrays (the block
+// table in kernel pages and the device-truth sequence lengths, whose first rows are the decodes),
+// and the builder's split-KV semaphores and scratch, all at addresses fixed at start-up.
+struct FlashInferXqaDecode {
+  const std::int32_t* block_table = nullptr;
+  std::int32_t block_table_stride = 0;
+  const std::int32_t* seq_lens = nullptr;
+  std::uint32_t* semaphores = nullptr;
+  void* scratch = nullptr;
+  std::int32_t num_sms = 0;
 };
 
 struct FlashInferMetadata final : AttentionMetadata {
@@ -46,6 +62,7 @@ struct FlashInferMetadata final : AttentionMetadata {
   void* float_buffer = nullptr;        // device, split-KV partials (shared by the sub-batches)
   FlashInferSubPlan decode;            // requests [0, step.decode.num_reqs)
   FlashInferSubPlan prefill;           // the rest
+  FlashInferXqaDecode xqa;             // when decode.uses_xqa
   // The pinned mirrors the device arrays were uploaded from: what visit() prints (no device read).
   std::span<const std::int32_t> indptr_host, indices_host, last_page_len_host, decode_qo_host, prefill_qo_host;
 
