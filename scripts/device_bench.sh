@@ -23,7 +23,7 @@ workloads="${WORKLOADS:-default}"
 status=0
 files=()
 for backend in $(built_backends); do
-  dir="$out/bench_$backend"
+  dir="$out/bench_$(bench_dir_name "$backend")"
   mkdir -p "$dir"
   start=$SECONDS
   ATTNKIT_COMMIT="$commit" build-device/attnkit_attention_bench --backend "$backend" --workloads "$workloads" \

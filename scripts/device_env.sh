@@ -15,15 +15,18 @@ if [[ -d build-device/lib ]]; then
   export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 # The backends of BACKENDS (default "VARLEN FLASHINFER CUDNN") that build-device/attnkit registers,
-# one per line; each one the build lacks is reported on stderr.
+# one per line; each one the build lacks is reported on stderr. An entry may pin a kernel variant
+# (FLASHINFER:fa3-paged, as attnkit_attention_bench --backend takes it); bench_dir_name gives the
+# folder name of its results (FLASHINFER_fa3-paged).
 built_backends() {
   local backend registered
   registered="$(build-device/attnkit backends 2>/dev/null)"
   for backend in ${BACKENDS:-VARLEN FLASHINFER CUDNN}; do
-    if grep -q "^$backend" <<<"$registered"; then
+    if grep -q "^${backend%%:*}"$'\t' <<<"$registered"; then
       echo "$backend"
     else
       echo "skip $backend: not in this build (build-device/attnkit backends)" >&2
     fi
   done
 }
+bench_dir_name() { echo "${1//:/_}"; }

@@ -14,11 +14,11 @@ mkdir -p "$out"
 workloads="${WORKLOADS:-decode_1x4096,decode_16x4096,decode_64x4096,decode_8x32768,decode_256x1024,prefill_1x4096,prefill_1x16384,prefill_16x1024}"
 commit=$(cat build-device/COMMIT 2>/dev/null || echo unknown)
 for backend in $(built_backends); do
-  mkdir -p "$work/bench_$backend"
+  mkdir -p "$work/bench_$(bench_dir_name "$backend")"
   ATTNKIT_COMMIT="$commit" build-device/attnkit_attention_bench --backend "$backend" --workloads "$workloads" \
-    --out "$work/bench_$backend" >"$work/bench_$backend/stdout.txt" 2>&1
+    --out "$work/bench_$(bench_dir_name "$backend")" >"$work/bench_$(bench_dir_name "$backend")/stdout.txt" 2>&1
   echo "== $backend (exit $?)"
-  grep -E '^\| (decode|prefill|mixed)' "$work/bench_$backend/attention_bench.md" | cut -d'|' -f2-11
+  grep -E '^\| (decode|prefill|mixed)' "$work/bench_$(bench_dir_name "$backend")/attention_bench.md" | cut -d'|' -f2-11
 done
 OUT="$work/check" timeout "${CHECK_SECONDS:-420}" bash scripts/device_check.sh
 check=$?

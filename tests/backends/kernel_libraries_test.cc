@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -145,11 +146,10 @@ TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
   EXPECT_EQ(resolve_variant(caps, windowed).variant->variant, kFlashInferFa2Variant);
   AttentionConfig fp8 = c;
   fp8.kv_cache_dtype = DType::kFp8E4M3;
-  EXPECT_EQ(resolve_variant(caps, fp8).variant->variant, kFlashInferXqaVariant);
-  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant, DType::kFp8E4M3, 128))
-      << "its prefills over fp8 KV run the FA2 template (no fp8 FA3 instantiation)";
-  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant, DType::kBFloat16, 128));
-  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferFa2Variant, DType::kBFloat16, 128));
+  EXPECT_EQ(resolve_variant(caps, fp8).variant->variant, kFlashInferFa2Variant)
+      << "XQA's fp8 path misses the tolerance and is not instantiated; FA3 has no fp8 instantiation";
+  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant));
+  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferFa2Variant));
 }
 
 TEST(FlashInferBackend, TheXqaVariantRefusesAGroupSizeItWasNotCompiledFor) {
@@ -165,6 +165,34 @@ TEST(FlashInferBackend, TheXqaVariantRefusesAGroupSizeItWasNotCompiledFor) {
   }
   p.num_q_heads = 32;
   EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferXqaVariant));
+}
+
+// XQA's own rule, as launchHopperF8MHAFlashInfer computes it from the value we pass.
+int xqa_sub_sequences(std::int32_t split_sms, std::int32_t pairs) {
+  return std::max(1, static_cast<int>(std::round(0.25f * static_cast<float>(static_cast<std::uint32_t>(split_sms) * 3u /
+                                                                           static_cast<std::uint32_t>(pairs)))));
+}
+
+TEST(FlashInferXqa, TheSplitFillsAtMostOneWaveOfResidentCtasWithSplitsOfAtLeastTheMinimumLength) {
+  const std::int32_t resident = 264;  // 132 SMs x 2
+  // (requests, KV heads, longest decode) -> sub-sequences per (request, KV head).
+  struct Case {
+    std::int32_t reqs, kv_heads, max_seq_len, expected;
+  };
+  for (const Case c : {Case{1, 8, 4096, 16}, Case{1, 8, 32768, 33}, Case{16, 8, 4096, 2}, Case{8, 8, 32768, 4},
+                       Case{64, 8, 4096, 1}, Case{1, 8, 100, 1}, Case{2, 1, 1 << 20, 132}, Case{32, 8, 16384, 1}}) {
+    const std::int32_t s = kernels::flashinfer_xqa_split_sms(c.reqs, c.kv_heads, c.max_seq_len, resident);
+    EXPECT_EQ(xqa_sub_sequences(s, c.reqs * c.kv_heads), c.expected)
+        << c.reqs << " x " << c.max_seq_len << ", " << c.kv_heads << " KV heads (passed " << s << ")";
+  }
+  // Every k from 1 to 300 is reachable exactly, for any number of (request, KV head) pairs.
+  for (std::int32_t pairs : {1, 3, 8, 64, 256, 2048}) {
+    for (std::int32_t k = 1; k <= 300; ++k) {
+      const std::int32_t s = kernels::flashinfer_xqa_split_sms(1, pairs, k * kernels::kFlashInferXqaMinSplitTokens,
+                                                               k * pairs);
+      ASSERT_EQ(xqa_sub_sequences(s, pairs), k) << pairs << " pairs";
+    }
+  }
 }
 
 TEST(FlashInferXqa, RefusesALaunchItCannotMakeBeforeAnyCudaCall) {

@@ -30,8 +30,7 @@ VariantCaps xqa_variant_caps() {
   v.variant = kFlashInferXqaVariant;
   v.summary =
       "decodes through FlashInfer's Hopper XQA kernel (wgmma, TMA page loads, split-KV merged in the same launch), "
-      "prefills and extends through the FA3 template over 16-bit KV and the FA2 template over fp8 KV; no window, "
-      "soft-cap or LSE";
+      "prefills and extends through the FA3 template; 16-bit KV, no window, soft-cap or LSE";
 #define ATTNKIT_XQA_SETS(tag, dtype, kv, head, group, page) \
   add_once(v.dtypes, DType::dtype);                         \
   add_once(v.kv_cache_dtypes, DType::kv);                   \
@@ -47,10 +46,9 @@ VariantCaps xqa_variant_caps() {
 }
 }  // namespace
 
-bool flashinfer_prefills_use_fa3(KernelVariant variant, DType kv_cache_dtype, int head_size) {
-  if (variant == kFlashInferFa3Variant) return true;
-  return variant == kFlashInferXqaVariant && !is_fp8(kv_cache_dtype) &&
-         kernels::flashinfer_fa3_instantiated(kv_cache_dtype, head_size);
+bool flashinfer_prefills_use_fa3(KernelVariant variant) {
+  // xqa-paged declares only what the FA3 template is instantiated for (16-bit KV, its head sizes).
+  return variant == kFlashInferFa3Variant || variant == kFlashInferXqaVariant;
 }
 
 const BackendCaps& FlashInferBackend::caps() {

@@ -2,8 +2,7 @@
 // decodes first, a CSR page table per step, FlashInfer's plan once per step and attention group,
 // and per layer, by variant: the decodes through its Hopper XQA kernel (xqa-paged) or its
 // FA2-template paged kernel (fa3-paged, fa2-paged), the prefills and extends through the Hopper
-// FA3 template (fa3-paged; xqa-paged over 16-bit KV) or the FA2 template (fa2-paged; xqa-paged
-// over fp8 KV). Built with
+// FA3 template (xqa-paged, fa3-paged) or the FA2 template (fa2-paged). Built with
 // ATTNKIT_WITH_FLASHINFER only; the registry lists it only in such a build.
 #pragma once
 
@@ -25,9 +24,8 @@ inline constexpr KernelVariant kFlashInferFa2Variant{"fa2-paged", 1};
 inline constexpr KernelVariant kFlashInferFa3Variant{"fa3-paged", 2};
 inline constexpr KernelVariant kFlashInferXqaVariant{"xqa-paged", 3};
 
-// What each variant runs a layer's prefills and extends with: the FA3 template where it is
-// instantiated for the layer (fa3-paged always is, by its declaration; xqa-paged over 16-bit KV),
-// else the FA2 template. The builder plans and the impl runs by this one rule.
-bool flashinfer_prefills_use_fa3(KernelVariant variant, DType kv_cache_dtype, int head_size);
+// What each variant runs a layer's prefills and extends with: the FA3 template (xqa-paged,
+// fa3-paged), else the FA2 template. The builder plans and the impl runs by this one rule.
+bool flashinfer_prefills_use_fa3(KernelVariant variant);
 
 }  // namespace attnkit

@@ -43,27 +43,23 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
     max_rows = std::max(max_rows, size);
   }
   int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
-  fa3_ = flashinfer_prefills_use_fa3(ctx.variant, ctx.kv_spec.dtype, ctx.head_size);
+  fa3_ = flashinfer_prefills_use_fa3(ctx.variant);
   xqa_ = ctx.variant == kFlashInferXqaVariant;
   if (xqa_) {
-    const std::int32_t group = ctx.num_q_heads / ctx.num_kv_heads;
-    bool instantiated = false;
-    for (DType query : {DType::kBFloat16, DType::kFloat16}) {
-      instantiated = instantiated || kernels::flashinfer_xqa_instantiated(kernels::FlashInferXqaConfig{
-                                         query, ctx.kv_spec.dtype, ctx.head_size, group, ctx.kernel_block_size});
-    }
-    ATTNKIT_REQUIRE(instantiated, "kv_cache_dtype/head_size/group size/kernel_block_size",
-                    std::string(to_string(ctx.kv_spec.dtype)) + "/" + str(ctx.head_size) + "/" + str(group) + "/" +
-                        str(ctx.kernel_block_size),
+    // XQA is instantiated for queries in the KV dtype (16-bit) only.
+    const kernels::FlashInferXqaConfig xqa{ctx.kv_spec.dtype, ctx.kv_spec.dtype, ctx.head_size,
+                                           ctx.num_q_heads / ctx.num_kv_heads, ctx.kernel_block_size};
+    ATTNKIT_REQUIRE(kernels::flashinfer_xqa_instantiated(xqa), "kv_cache_dtype/head_size/group size/kernel_block_size",
+                    std::string(to_string(xqa.kv_dtype)) + "/" + str(xqa.head_size) + "/" + str(xqa.group_size) + "/" +
+                        str(xqa.page_size),
                     "an instantiated XQA configuration (attnkit backends lists them)", "xqa-paged");
     const std::size_t semaphores = kernels::flashinfer_xqa_semaphore_count(max_reqs, ctx.num_kv_heads);
     xqa_semaphores_ = DeviceArray<std::uint32_t>(builder_device_memory(ctx, "FLASHINFER builder"), semaphores);
     kernels::check_launch(kernels::flashinfer_xqa_clear_semaphores(xqa_semaphores_.data(), semaphores));
-    // The partial rows are in the query dtype: 16-bit for every instantiation.
-    const kernels::FlashInferXqaConfig bound{DType::kBFloat16, ctx.kv_spec.dtype, ctx.head_size, group,
-                                             ctx.kernel_block_size};
+    xqa_resident_ctas_ = kernels::flashinfer_xqa_resident_ctas(xqa, sms);
     xqa_scratch_ = DeviceArray<std::byte>(builder_device_memory(ctx, "FLASHINFER builder"),
-                                          kernels::flashinfer_xqa_scratch_bytes(bound, max_reqs, ctx.num_kv_heads, sms));
+                                          kernels::flashinfer_xqa_scratch_bytes(xqa, max_reqs, ctx.num_kv_heads,
+                                                                                xqa_resident_ctas_));
   }
   if (fa3_) {
     ATTNKIT_REQUIRE(kernels::flashinfer_fa3_supported_step(max_reqs, max_tokens), "max_num_tokens/max_num_reqs",
@@ -111,7 +107,6 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   m.prefill.int_buffer = prefill_ints_.device;
   m.xqa.semaphores = xqa_semaphores_.data();
   m.xqa.scratch = xqa_scratch_.data();
-  m.xqa.num_sms = sms;
 }
 
 FlashInferMetadataBuilder::~FlashInferMetadataBuilder() { kernels::flashinfer_destroy_copy_stream(copy_stream_); }
@@ -217,6 +212,8 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     m.xqa.block_table = common.block_table.data.data();
     m.xqa.block_table_stride = common.block_table.row_stride;
     m.xqa.seq_lens = common.seq_lens.data();
+    m.xqa.split_sms = kernels::flashinfer_xqa_split_sms(decode_launch, context_.num_kv_heads,
+                                                        m.step.decode.max_seq_len, xqa_resident_ctas_);
   }
   plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, /*fa3=*/false, xqa_, decode_qo_, decode_ints_,
                  m.decode);

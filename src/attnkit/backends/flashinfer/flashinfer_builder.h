@@ -61,6 +61,7 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   bool xqa_ = false;  // the xqa-paged variant: decodes through XQA
   DeviceArray<std::uint32_t> xqa_semaphores_;
   DeviceArray<std::byte> xqa_scratch_;
+  std::int32_t xqa_resident_ctas_ = 0;  // kernels::flashinfer_xqa_resident_ctas
   std::int32_t max_blocks_per_req_ = 0;
   std::int32_t window_left_ = -1;
   std::size_t int_bytes_ = 0;

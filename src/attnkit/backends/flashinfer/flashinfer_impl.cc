@@ -166,7 +166,7 @@ void FlashInferImpl::run_xqa_decodes(const FlashInferSubPlan& sub, const FlashIn
   x.semaphores = md.xqa.semaphores;
   x.scratch = md.xqa.scratch;
   x.sm_scale = common.sm_scale;
-  x.num_sms = md.xqa.num_sms;
+  x.split_sms = md.xqa.split_sms;
   x.pdl = true;
   kernels::check_launch(kernels::flashinfer_xqa_run(x, stream.handle));
 }

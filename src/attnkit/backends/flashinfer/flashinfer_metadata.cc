@@ -52,6 +52,7 @@ void FlashInferMetadata::visit(FieldVisitor& v) const {
   v.array("paged_kv_indices", indices_host);
   v.array("paged_kv_last_page_len", last_page_len_host);
   visit_sub_plan(v, "decode_plan", decode, decode_qo_host);
+  if (decode.uses_xqa) v.scalar("xqa_split_sms", xqa.split_sms);
   visit_sub_plan(v, "prefill_plan", prefill, prefill_qo_host);
 }
 

@@ -43,7 +43,7 @@ struct FlashInferXqaDecode {
   const std::int32_t* seq_lens = nullptr;
   std::uint32_t* semaphores = nullptr;
   void* scratch = nullptr;
-  std::int32_t num_sms = 0;
+  std::int32_t split_sms = 0;  // this step's kernels::flashinfer_xqa_split_sms
 };
 
 struct FlashInferMetadata final : AttentionMetadata {

@@ -129,7 +129,7 @@ LaunchStatus ATTNKIT_XQA_CAT(flashinfer_xqa_launch_, ATTNKIT_XQA_TAG)(const Flas
   const float q_scale = r.sm_scale * std::sqrt(static_cast<float>(x::validElemsPerHead));
   try {
     x::launchHopperF8MHAFlashInfer(
-        static_cast<std::uint32_t>(r.num_sms), static_cast<std::uint32_t>(r.num_kv_heads), /*slidingWinSize=*/0,
+        static_cast<std::uint32_t>(r.split_sms), static_cast<std::uint32_t>(r.num_kv_heads), /*slidingWinSize=*/0,
         q_scale, /*qScalePtr=*/nullptr, static_cast<x::OutputHead*>(r.o), static_cast<const x::InputHead*>(r.q),
         /*attentionSinks=*/nullptr, static_cast<x::GMemCacheHead*>(const_cast<void*>(r.k)),
         static_cast<x::GMemCacheHead*>(const_cast<void*>(r.v)), r.block_table,
@@ -142,6 +142,17 @@ LaunchStatus ATTNKIT_XQA_CAT(flashinfer_xqa_launch_, ATTNKIT_XQA_TAG)(const Flas
   } catch (const std::exception& e) {
     return {static_cast<int>(cudaErrorInvalidValue), kFlashInferXqaKernel, remember_flashinfer_error(e.what())};
   }
+}
+
+// How many of this configuration's CTAs an SM holds (flashinfer_xqa_split_sms); 1 if unknown.
+int ATTNKIT_XQA_CAT(flashinfer_xqa_ctas_per_sm_, ATTNKIT_XQA_TAG)() {
+  namespace x = ATTNKIT_XQA_NS;
+  int ctas = 0;
+  const int threads = static_cast<int>(x::warp_size * x::gmmaWarpsPerGrp * 3);  // its launch's CTA shape
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, x::kernel_mha, threads, x::hostSmemSize) != cudaSuccess) {
+    return 1;
+  }
+  return std::max(ctas, 1);
 }
 
 }  // namespace attnkit::kernels
