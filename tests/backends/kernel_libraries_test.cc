@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "attnkit/backends/flashinfer/flashinfer_backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_decode.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 #include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/core/error.h"
@@ -56,9 +57,10 @@ TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   const VariantCaps* fa3 = find_variant(caps, kFlashInferFa3Variant);
   ASSERT_NE(fa2, nullptr);
   ASSERT_NE(fa3, nullptr);
-  ASSERT_EQ(caps.variants.size(), 3u);
+  ASSERT_EQ(caps.variants.size(), 4u);
   EXPECT_EQ(caps.variants[0].variant, kFlashInferXqaVariant) << "XQA is preferred where it covers a layer";
   EXPECT_EQ(caps.variants[1].variant, kFlashInferFa3Variant) << "then FA3";
+  EXPECT_EQ(caps.variants[2].variant, kFlashInferDecodeVariant) << "the decode kernel was no faster: pinned only";
   const std::vector<DType> dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3, DType::kFp8E5M2};
   for (DType dtype : dtypes) {
     for (DType kv : dtypes) {
@@ -137,6 +139,9 @@ TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
   AttentionConfig group2 = c;
   group2.num_q_heads = 16;
   EXPECT_EQ(resolve_variant(caps, group2).variant->variant, kFlashInferFa3Variant) << "no XQA for 2 heads per KV head";
+  AttentionConfig group16 = c;
+  group16.num_q_heads = 128;
+  EXPECT_EQ(resolve_variant(caps, group16).variant->variant, kFlashInferFa3Variant);
   AttentionConfig page32 = c;
   page32.block_size = 32;
   EXPECT_EQ(resolve_variant(caps, page32).variant->variant, kFlashInferFa3Variant) << "no XQA for pages of 32";
@@ -150,6 +155,27 @@ TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
       << "XQA's fp8 path misses the tolerance and is not instantiated; FA3 has no fp8 instantiation";
   EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant));
   EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferFa2Variant));
+}
+
+TEST(FlashInferBackend, TheDecodeVariantDeclaresOnlyInstantiatedDecodeKernels) {
+  const VariantCaps* v = find_variant(FlashInferBackend::caps(), kFlashInferDecodeVariant);
+  ASSERT_NE(v, nullptr);
+  for (DType dtype : v->kv_cache_dtypes) {
+    for (int head_size : v->head_sizes) {
+      for (int group : v->group_sizes) {
+        EXPECT_TRUE(kernels::flashinfer_decode_instantiated(dtype, dtype, head_size, group))
+            << to_string(dtype) << " " << head_size << " " << group;
+        EXPECT_TRUE(kernels::flashinfer_fa3_instantiated(dtype, head_size)) << "its prefills run the FA3 template";
+      }
+    }
+  }
+  ASSERT_TRUE(v->features.has_value());
+  EXPECT_FALSE(v->features->has(Feature::kSlidingWindow));
+  EXPECT_FALSE(v->features->has(Feature::kSoftCap));
+  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferDecodeVariant));
+  EXPECT_FALSE(kernels::flashinfer_decode_instantiated(DType::kBFloat16, DType::kBFloat16, 128, 5));
+  EXPECT_EQ(v->group_sizes, (std::vector<int>{1, 2, 3, 4, 6, 8, 16})) << "FlashInfer's dispatched group sizes";
+  EXPECT_FALSE(kernels::flashinfer_decode_instantiated(DType::kBFloat16, DType::kFp8E4M3, 128, 1));
 }
 
 TEST(FlashInferBackend, TheXqaVariantRefusesAGroupSizeItWasNotCompiledFor) {

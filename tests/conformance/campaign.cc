@@ -117,7 +117,13 @@ void finalize(std::mt19937& rng, ConformanceCase& c) {
   }
 }
 
-bool valid(const BackendCaps& caps, const ConformanceCase& c) { return validate(caps, c.config()).empty(); }
+bool valid(const BackendCaps& caps, const ConformanceCase& c) {
+  if (c.pinned_variant.empty()) return validate(caps, c.config()).empty();
+  for (const VariantCaps& v : caps.variants) {
+    if (v.variant.name == c.pinned_variant) return validate_variant(caps, v, c.config()).empty();
+  }
+  return false;
+}
 
 // --- one run -----------------------------------------------------------------------------------
 
@@ -155,7 +161,7 @@ void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov
 std::string check_case(const BackendType& backend, const ConformanceCase& c, const BatchRecord& record, Coverage& cov) {
   ReplayOptions options;
   options.platform = c.platform;
-  options.backend = std::string(backend.name());
+  options.backend = std::string(backend.name()) + (c.pinned_variant.empty() ? "" : ":" + c.pinned_variant);
   options.want_lse = c.want_lse;
   options.check_invariants = true;
   options.cascade = c.cascade ? CascadePolicy::kAlways : CascadePolicy::kNever;
@@ -168,9 +174,11 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   } catch (const std::exception& e) {
     return std::string("threw: ") + e.what();
   }
-  // S6: the backend and the kernel variant the selector names are the ones that ran.
+  // S6: the backend and the kernel variant the selector names (or the pinned one) are the ones that ran.
   if (result.backend != backend.name()) return "ran backend " + result.backend;
-  const std::string_view variant = resolve_variant(backend.caps(), c.config()).variant->variant.name;  // c is valid()
+  const std::string_view variant = c.pinned_variant.empty()
+                                       ? resolve_variant(backend.caps(), c.config()).variant->variant.name  // c is valid()
+                                       : std::string_view(c.pinned_variant);
   if (result.variant != variant) return "ran variant " + result.variant + ", expected " + std::string(variant);
   const nlohmann::json common = nlohmann::json::parse(result.common_metadata_json);
   if (common.value("kernel_block_size", -1) != c.kernel_block_size)
@@ -237,6 +245,7 @@ std::string ConformanceCase::describe() const {
      << batch.soft_cap.value_or(0) << " scale " << batch.scale.value_or(0) << " sinks " << batch.sinks << " alibi "
      << batch.alibi << " lse " << want_lse << " cascade " << cascade << " (prefix pages "
      << batch.shared_prefix_pages << ")";
+  if (!pinned_variant.empty()) os << " variant " << pinned_variant << " pinned";
   return os.str();
 }
 
@@ -340,12 +349,13 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   if (f.has(Feature::kReturnLse)) pins.push_back({"return_lse", [](auto& c) { c.want_lse = true; }});
   if (f.has(Feature::kCascade)) pins.push_back({"cascade", [](auto& c) { c.cascade = true; }});
 
-  // Every kernel variant declared here: a case within the sets it narrows, with the features it
-  // lacks off. Resolution may still name an earlier variant; unexercised() reports a variant no
-  // run resolved to.
+  // Every kernel variant declared here, pinned (BACKEND:variant): a case within the sets it
+  // narrows, with the features it lacks off, so a variant an earlier one shadows in resolution
+  // runs too; unexercised() reports a variant no run ran.
   for (const VariantCaps& v : backend.caps().variants) {
     if (!v.platforms.empty() && !contains(v.platforms, platform.kind)) continue;
     pins.push_back({"kernel variant " + std::string(v.variant.name), [&rng, &v](ConformanceCase& c) {
+                      c.pinned_variant = std::string(v.variant.name);
                       if (!v.dtypes.empty()) c.batch.dtype = pick(rng, v.dtypes);
                       if (!v.kv_cache_dtypes.empty()) c.batch.kv_dtype = pick(rng, v.kv_cache_dtypes);
                       if (!v.head_sizes.empty()) c.batch.head_size = pick(rng, v.head_sizes);

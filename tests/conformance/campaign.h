@@ -24,6 +24,8 @@ struct ConformanceCase {
   int kernel_block_size = 16;  // == batch.page_size, or a divisor of it forced through replay (K5)
   bool want_lse = false;
   bool cascade = false;  // CascadePolicy::kAlways over shared prefix pages
+  // Run as "BACKEND:variant" (the selector pins that kernel variant); empty: the one resolved.
+  std::string pinned_variant;
 
   AttentionConfig config() const;  // what the selector validates for this case
   std::string describe() const;
@@ -38,7 +40,7 @@ struct Coverage {
   std::set<AttentionType> attn_types;
   std::set<Feature> features;  // cascade only when the metadata shows the cascade path was taken
   bool window_of_one = false;  // sliding window W = 1 (sees only the current token)
-  std::set<std::string, std::less<>> variants;  // the kernel variants that ran (S6: the resolved ones)
+  std::set<std::string, std::less<>> variants;  // the kernel variants that ran, resolved or pinned
 };
 
 struct CampaignResult {

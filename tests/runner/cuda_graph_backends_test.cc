@@ -46,12 +46,12 @@ const std::vector<std::string> kGraphBackends = {"GPU_REFERENCE", "VARLEN", "FLA
 
 bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
 
-std::vector<LayerSpec> model() {
+std::vector<LayerSpec> model(int q_heads = kQHeads) {
   std::vector<LayerSpec> layers;
   for (int i = 0; i < kLayers; ++i) {
     LayerSpec l;
     l.name = "layers." + std::to_string(i) + ".attn";
-    l.params.num_q_heads = kQHeads;
+    l.params.num_q_heads = q_heads;
     l.params.num_kv_heads = kKVHeads;
     l.params.head_size = kHeadSize;
     l.params.dtype = DType::kBFloat16;
@@ -106,14 +106,14 @@ struct LayerBuffers {
   DeviceTensor q, k, v, out, lse;
 };
 
-std::vector<LayerBuffers> make_buffers() {
+std::vector<LayerBuffers> make_buffers(int q_heads) {
   std::vector<LayerBuffers> b(kLayers);
   for (auto& l : b) {
-    l.q = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize});
+    l.q = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, q_heads, kHeadSize});
     l.k = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, kKVHeads, kHeadSize});
     l.v = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, kKVHeads, kHeadSize});
-    l.out = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize});
-    l.lse = DeviceTensor(cuda_device_memory(), DType::kFloat32, {kMaxTokens, kQHeads});
+    l.out = DeviceTensor(cuda_device_memory(), DType::kBFloat16, {kMaxTokens, q_heads, kHeadSize});
+    l.lse = DeviceTensor(cuda_device_memory(), DType::kFloat32, {kMaxTokens, q_heads});
     l.out.fill(std::numeric_limits<float>::quiet_NaN());
     l.lse.fill(std::numeric_limits<float>::quiet_NaN());
   }
@@ -215,31 +215,44 @@ class CudaGraphBackend : public ::testing::TestWithParam<std::string> {
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
   Stream stream() const { return Stream{stream_}; }
-  void check_replay_like_eager(bool with_lse);
+  void check_replay_like_eager(const std::string& backend, int q_heads, bool with_lse);
   const BackendType* backend_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };
 
-// Without the LSE and, where the backend declares it, with the LSE asked for in the run's
-// configuration: the two may resolve to different kernel variants (FLASHINFER: xqa-paged, which
-// returns none, and fa3-paged).
+// Every kernel variant of the backend that runs bf16 KV on CUDA, pinned (BACKEND:variant), with a
+// group size it declares and with the LSE asked for where it returns one; and the backend as the
+// selector resolves it, without the LSE.
 TEST_P(CudaGraphBackend, CapturedStepAtTheDeclaredLevelReplaysBitForBitLikeEager) {
-  check_replay_like_eager(false);
-  if (backend_->caps().features.has(Feature::kReturnLse)) {
-    SCOPED_TRACE("with the LSE");
-    check_replay_like_eager(true);
+  const BackendCaps& caps = backend_->caps();
+  {
+    SCOPED_TRACE("resolved, without the LSE");
+    check_replay_like_eager(std::string(caps.name), kQHeads, false);
+  }
+  for (const VariantCaps& v : caps.variants) {
+    const auto declares = [](const auto& set, auto value) {
+      return set.empty() || std::find(set.begin(), set.end(), value) != set.end();
+    };
+    if (!declares(v.platforms, PlatformKind::kCuda) || !declares(v.kv_cache_dtypes, DType::kBFloat16) ||
+        !declares(v.head_sizes, kHeadSize) || !declares(v.block_sizes, kPage)) {
+      continue;  // this test's layer is bf16 KV, head size 128, pages of 16
+    }
+    const int group = v.group_sizes.empty() ? kQHeads / kKVHeads : v.group_sizes.back();
+    const bool lse = v.features.value_or(caps.features).has(Feature::kReturnLse);
+    SCOPED_TRACE("kernel variant " + std::string(v.variant.name) + " pinned, " + std::to_string(group) +
+                 " query heads per KV head" + (lse ? ", with the LSE" : ""));
+    check_replay_like_eager(std::string(caps.name) + ":" + std::string(v.variant.name), group * kKVHeads, lse);
   }
 }
 
-void CudaGraphBackend::check_replay_like_eager(bool with_lse) {
+void CudaGraphBackend::check_replay_like_eager(const std::string& backend, int q_heads, bool with_lse) {
   const BackendCaps& caps = backend_->caps();
   ASSERT_NE(caps.cudagraph_support, CudaGraphSupport::kNever) << caps.name << " is listed but declares no graphs";
-  ModelRunner eager(model(), config_for(std::string(caps.name), with_lse));
-  ModelRunner graphed(model(), config_for(std::string(caps.name), with_lse));
-  SCOPED_TRACE("kernel variant " + std::string(graphed.selection(graphed.layer_id_at(0)).variant.name));
+  ModelRunner eager(model(q_heads), config_for(backend, with_lse));
+  ModelRunner graphed(model(q_heads), config_for(backend, with_lse));
   ASSERT_EQ(graphed.graph_support(), caps.cudagraph_support);
   fill_caches(7, eager, graphed);
-  std::vector<LayerBuffers> eager_io = make_buffers(), graph_io = make_buffers();
+  std::vector<LayerBuffers> eager_io = make_buffers(q_heads), graph_io = make_buffers(q_heads);
   auto [a, b] = steps_for(caps.cudagraph_support);
   SCOPED_TRACE("step A: " + a.describe() + "; step B: " + b.describe());
   ASSERT_EQ(eager.shape_for(a.num_reqs(), a.tokens()).num_tokens_padded, kPaddedTokens);

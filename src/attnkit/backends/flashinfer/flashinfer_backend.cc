@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attnkit/backends/flashinfer/flashinfer_builder.h"
+#include "attnkit/backends/flashinfer/flashinfer_decode.h"
 #include "attnkit/backends/flashinfer/flashinfer_impl.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 #include "attnkit/backends/flashinfer/flashinfer_xqa.h"
@@ -44,11 +45,31 @@ VariantCaps xqa_variant_caps() {
   v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
   return v;
 }
+// FlashInfer's own paged decode kernel (CUDA cores). Measured against the FA2 template's one-row
+// queries (fa3-paged's decodes) at 1 and 2 query heads per KV head, where that wastes most of its
+// 16-row tensor-core tile, it was no faster (64 x 4096: 953.9 against 957.3 us at 1, 494.2
+// against 488.3 at 2; bench/notes/flashinfer.md r18), so it comes after fa3-paged: resolution
+// never prefers it, and an engine runs it by pinning FLASHINFER:decode-paged.
+VariantCaps decode_variant_caps() {
+  VariantCaps v;
+  v.variant = kFlashInferDecodeVariant;
+  v.summary =
+      "decodes through FlashInfer's paged decode kernel (CUDA cores) and its DecodePlan, prefills and extends "
+      "through the FA3 template; 16-bit KV, no window or soft-cap";
+  const std::span<const int> heads = kernels::flashinfer_fa3_head_sizes();
+  v.head_sizes = {heads.begin(), heads.end()};
+  v.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};
+  const std::span<const int> groups = kernels::flashinfer_decode_group_sizes();
+  v.group_sizes = {groups.begin(), groups.end()};
+  v.features = FeatureSet{Feature::kReturnLse};
+  v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
+  return v;
+}
 }  // namespace
 
 bool flashinfer_prefills_use_fa3(KernelVariant variant) {
-  // xqa-paged declares only what the FA3 template is instantiated for (16-bit KV, its head sizes).
-  return variant == kFlashInferFa3Variant || variant == kFlashInferXqaVariant;
+  // These declare only what the FA3 template is instantiated for (16-bit KV, its head sizes).
+  return variant == kFlashInferFa3Variant || variant == kFlashInferXqaVariant || variant == kFlashInferDecodeVariant;
 }
 
 const BackendCaps& FlashInferBackend::caps() {
@@ -78,7 +99,7 @@ const BackendCaps& FlashInferBackend::caps() {
     fa3.cuda_compute_capability = ComputeCapabilityRange{90, 90};
     // XQA first: where it covers a layer it is the fastest decode this card has of FlashInfer's
     // (bench/notes/flashinfer.md, r14).
-    c.variants = {xqa_variant_caps(), fa3, fa2};
+    c.variants = {xqa_variant_caps(), fa3, decode_variant_caps(), fa2};
     c.platforms = {PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};

@@ -45,6 +45,14 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
   fa3_ = flashinfer_prefills_use_fa3(ctx.variant);
   xqa_ = ctx.variant == kFlashInferXqaVariant;
+  decode_kernel_ = ctx.variant == kFlashInferDecodeVariant;
+  if (decode_kernel_) {
+    const std::int32_t group = ctx.num_q_heads / ctx.num_kv_heads;
+    ATTNKIT_REQUIRE(kernels::flashinfer_decode_instantiated(ctx.kv_spec.dtype, ctx.kv_spec.dtype, ctx.head_size, group),
+                    "kv_cache_dtype/head_size/group size",
+                    std::string(to_string(ctx.kv_spec.dtype)) + "/" + str(ctx.head_size) + "/" + str(group),
+                    "an instantiated FlashInfer decode kernel", "decode-paged");
+  }
   if (xqa_) {
     // XQA is instantiated for queries in the KV dtype (16-bit) only.
     const kernels::FlashInferXqaConfig xqa{ctx.kv_spec.dtype, ctx.kv_spec.dtype, ctx.head_size,
@@ -131,14 +139,16 @@ void FlashInferMetadataBuilder::pad_decode_requests(std::int32_t num_reqs, std::
 }
 
 void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan,
-                                               bool fa3, bool xqa, const WorkspaceRegion<std::int32_t>& qo,
+                                               FlashInferKernel kernel, const WorkspaceRegion<std::int32_t>& qo,
                                                const WorkspaceRegion<std::byte>& ints, FlashInferSubPlan& out) {
   out.batch = batch;
   out.launch_reqs = launch_reqs;
   out.plan = {};
-  out.uses_fa3 = fa3;
+  out.uses_fa3 = kernel == FlashInferKernel::kFa3;
   out.fa3_plan = {};
-  out.uses_xqa = xqa;
+  out.uses_xqa = kernel == FlashInferKernel::kXqa;
+  out.uses_decode_kernel = kernel == FlashInferKernel::kDecode;
+  out.decode_plan = {};
   out.qo_indptr = qo.device;
   out.kv_indptr = indptr_.device + batch.first_request;
   out.kv_last_page_len = last_page_len_.device + batch.first_request;
@@ -163,7 +173,10 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::in
   w.int_pinned = ints.host;
   w.int_bytes = int_bytes_;
   w.copy_stream = copy_stream_;
-  if (fa3) {
+  if (out.uses_decode_kernel) {
+    kernels::check_launch(
+        kernels::flashinfer_decode_plan(context_.kv_spec.dtype, b, w, graph_plan, &out.decode_plan));
+  } else if (out.uses_fa3) {
     kernels::check_launch(kernels::flashinfer_fa3_plan(b, seq_lens_.host + batch.first_request, w, &out.fa3_plan));
   } else {
     kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
@@ -215,11 +228,12 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     m.xqa.split_sms = kernels::flashinfer_xqa_split_sms(decode_launch, context_.num_kv_heads,
                                                         m.step.decode.max_seq_len, xqa_resident_ctas_);
   }
-  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, /*fa3=*/false, xqa_, decode_qo_, decode_ints_,
-                 m.decode);
-  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, fa3_, /*xqa=*/false, prefill_qo_,
-                 prefill_ints_,
-                 m.prefill);
+  const FlashInferKernel decodes = xqa_             ? FlashInferKernel::kXqa
+                                   : decode_kernel_ ? FlashInferKernel::kDecode
+                                                    : FlashInferKernel::kFa2;
+  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, decodes, decode_qo_, decode_ints_, m.decode);
+  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false,
+                 fa3_ ? FlashInferKernel::kFa3 : FlashInferKernel::kFa2, prefill_qo_, prefill_ints_, m.prefill);
   m.output_rows = m.graph_plan ? decode_launch : m.step.num_actual_tokens;
   // A graph plan copies the small CSR arrays whole (a size fixed at start-up) and gathers its page
   // indices on the device; an eager plan copies exactly the used bytes, indices included.

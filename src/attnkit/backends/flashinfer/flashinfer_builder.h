@@ -50,7 +50,9 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
-  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, bool fa3, bool xqa,
+  // Which of FlashInfer's kernels a sub-batch runs (the variant decides, per sub-batch).
+  enum class FlashInferKernel : std::uint8_t { kFa2, kFa3, kXqa, kDecode };
+  void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, FlashInferKernel kernel,
                       const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
                       FlashInferSubPlan& out);
   bool is_capture_size(std::int32_t num_tokens_padded) const;
@@ -59,6 +61,7 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   BuilderContext context_;
   bool fa3_ = false;  // prefills through the FA3 template (flashinfer_prefills_use_fa3)
   bool xqa_ = false;  // the xqa-paged variant: decodes through XQA
+  bool decode_kernel_ = false;  // the decode-paged variant: decodes through FlashInfer's decode kernel
   DeviceArray<std::uint32_t> xqa_semaphores_;
   DeviceArray<std::byte> xqa_scratch_;
   std::int32_t xqa_resident_ctas_ = 0;  // kernels::flashinfer_xqa_resident_ctas

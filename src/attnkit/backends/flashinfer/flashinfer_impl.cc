@@ -122,8 +122,9 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
     r.kv_indptr = sub->kv_indptr;
     r.kv_last_page_len = sub->kv_last_page_len;
     r.int_buffer = sub->int_buffer;
-    kernels::check_launch(sub->uses_fa3 ? kernels::flashinfer_fa3_run(r, sub->fa3_plan, stream.handle)
-                                        : kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
+    kernels::check_launch(sub->uses_decode_kernel ? kernels::flashinfer_decode_run(r, sub->decode_plan, stream.handle)
+                          : sub->uses_fa3     ? kernels::flashinfer_fa3_run(r, sub->fa3_plan, stream.handle)
+                                              : kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
   }
   if (kv_cache.v_scale != 1.0f) {
     kernels::check_launch(kernels::flashinfer_scale_output(output.data, params_.dtype, rows, heads * d,

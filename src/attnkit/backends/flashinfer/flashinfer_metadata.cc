@@ -16,7 +16,16 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.scalar("max_query_len", s.batch.max_query_len);
   v.scalar("max_seq_len", s.batch.max_seq_len);
   v.array("qo_indptr", qo);
-  v.text("kernel", s.uses_xqa ? "xqa" : s.uses_fa3 ? "fa3" : "fa2");
+  v.text("kernel", s.uses_xqa ? "xqa" : s.uses_decode_kernel ? "decode" : s.uses_fa3 ? "fa3" : "fa2");
+  if (s.uses_decode_kernel) {
+    v.begin_object("flashinfer_decode_plan");
+    v.flag("planned", s.decode_plan.planned);
+    v.scalar("padded_batch_size", s.decode_plan.padded_batch_size);
+    v.flag("split_kv", s.decode_plan.split_kv);
+    v.flag("cuda_graph", s.decode_plan.cuda_graph);
+    v.scalar("int_bytes", static_cast<std::int64_t>(s.decode_plan.int_bytes_used));
+    v.end_object();
+  }
   v.begin_object("flashinfer_plan");
   v.flag("planned", s.plan.planned);
   v.scalar("cta_tile_q", s.plan.cta_tile_q);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "attnkit/backends/capabilities.h"
+#include "attnkit/backends/flashinfer/flashinfer_decode.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 #include "attnkit/metadata/csr_page_table.h"
 #include "attnkit/metadata/metadata.h"
@@ -25,8 +26,13 @@ struct FlashInferSubPlan {
   kernels::FlashInferFa3Plan fa3_plan;
   // The xqa-paged variant's decode sub-batch runs XQA, which needs no plan (see FlashInferXqaDecode).
   bool uses_xqa = false;
+  // The decode-paged variant's decode sub-batch runs FlashInfer's decode kernel from its DecodePlan.
+  bool uses_decode_kernel = false;
+  kernels::FlashInferDecodePlan decode_plan;
   std::size_t int_upload_bytes() const {
-    return uses_xqa ? 0 : uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used;
+    if (uses_xqa) return 0;
+    if (uses_decode_kernel) return decode_plan.int_bytes_used;
+    return uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used;
   }
   std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
   std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr

@@ -15,6 +15,7 @@
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/variants.cuh>
 
+#include "attnkit/backends/flashinfer/flashinfer_paged_kv.cuh"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 
 namespace attnkit::kernels {
@@ -29,12 +30,7 @@ cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const Flash
                                       cudaStream_t stream) {
   using Params = flashinfer::BatchPrefillPagedParams<Element, KVElement, Element, std::int32_t>;
   using Variant = flashinfer::DefaultAttention</*custom mask*/ false, kWindow, kSoftCap, /*alibi*/ false>;
-  const std::int64_t strides[3] = {r.stride_page, r.stride_token, r.stride_head};
-  flashinfer::paged_kv_t<KVElement, std::int32_t> paged_kv(
-      static_cast<std::uint32_t>(r.num_kv_heads), static_cast<std::uint32_t>(r.page_size), kHeadDim,
-      static_cast<std::uint32_t>(r.batch_size), flashinfer::QKVLayout::kNHD,
-      static_cast<KVElement*>(const_cast<void*>(r.k)), static_cast<KVElement*>(const_cast<void*>(r.v)), strides,
-      r.kv_indices, r.kv_indptr, r.kv_last_page_len);
+  const flashinfer::paged_kv_t<KVElement, std::int32_t> paged_kv = flashinfer_paged_kv<KVElement, kHeadDim>(r);
   Params p(static_cast<Element*>(const_cast<void*>(r.q)), paged_kv, /*custom mask*/ nullptr, r.qo_indptr,
            /*mask indptr*/ nullptr, /*rope offsets*/ nullptr, static_cast<Element*>(r.o), r.lse,
            /*alibi slopes*/ nullptr, static_cast<std::uint32_t>(r.num_q_heads),
