@@ -25,7 +25,7 @@ HostTensor read_f32(const std::string& path, const std::string& name) {
 
 // Every CUDA backend: the GPU reference, VARLEN's kernels (float16/bfloat16 activations only), and
 // in a build with the kernel libraries FLASHINFER and CUDNN, each on what it declares (16-bit KV of
-// the query dtype, causal, no sinks or ALiBi; CUDNN also no window, soft-cap or LSE).
+// the query dtype, causal, no sinks or ALiBi; CUDNN also no window or soft-cap).
 TEST(CliReplayOnTheGpu, RandomBatchesThroughEachCudaBackendMatchTheCpuReference) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no GPU here: " << probe_gpu().error;
   std::vector<std::string> backends{"GPU_REFERENCE", "VARLEN"};

@@ -33,7 +33,7 @@ const BackendCaps& CudnnBackend::caps() {
     c.kv_layouts = {KVLayout::kSplitNHD, KVLayout::kSplitHND, KVLayout::kFusedHND};  // any strides
     c.attention_types = {AttentionType::kDecoder};
     c.kv_spec_kinds = {KVSpecKind::kFullAttention};
-    c.features = {};
+    c.features = {Feature::kReturnLse};  // cuDNN's softmax stats
     c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;

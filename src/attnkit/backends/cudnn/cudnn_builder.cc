@@ -37,11 +37,13 @@ CudnnMetadataBuilder::CudnnMetadataBuilder(const BuilderContext& ctx) : context_
   const std::size_t q = layout.add<std::int32_t>(reqs);
   const std::size_t kv = layout.add<std::int32_t>(reqs);
   const std::size_t ragged = layout.add<std::int32_t>(reqs + 1);
+  const std::size_t lse_ragged = layout.add<std::int32_t>(reqs + 1);
   MemoryResource& device = builder_device_memory(ctx, "CUDNN builder");
   workspace_ = Workspace(layout, device, ctx.mirror_memory ? *ctx.mirror_memory : pinned_host_memory());
   seq_len_q_ = workspace_.region<std::int32_t>(q, reqs);
   seq_len_kv_ = workspace_.region<std::int32_t>(kv, reqs);
   ragged_ = workspace_.region<std::int32_t>(ragged, reqs + 1);
+  lse_ragged_ = workspace_.region<std::int32_t>(lse_ragged, reqs + 1);
   cudnn_workspace_ = DeviceArray<std::byte>(device, kCudnnWorkspaceBytes);
   CudnnMetadata& m = metadata_;
   m.page_size = ctx.kernel_block_size;
@@ -50,6 +52,7 @@ CudnnMetadataBuilder::CudnnMetadataBuilder(const BuilderContext& ctx) : context_
   m.seq_len_q = seq_len_q_.device;
   m.seq_len_kv = seq_len_kv_.device;
   m.ragged_offsets = ragged_.device;
+  m.lse_ragged_offsets = lse_ragged_.device;
   m.workspace = cudnn_workspace_.data();
   m.workspace_bytes = cudnn_workspace_.capacity();
 }
@@ -99,12 +102,15 @@ const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_
                     ">= its query length and within the block table row (" + str(c.block_table.row_stride) + " pages)");
     seq_len_q_.host[i] = q;
     seq_len_kv_.host[i] = l;
-    ragged_.host[i] = static_cast<std::int32_t>(c.query_start_loc_cpu[sz(live ? i : n)] * row);
+    const std::int32_t start = c.query_start_loc_cpu[sz(live ? i : n)];
+    ragged_.host[i] = static_cast<std::int32_t>(start * row);
+    lse_ragged_.host[i] = start * context_.num_q_heads;
   }
   ragged_.host[m.bucket_batch] = static_cast<std::int32_t>(c.num_actual_tokens * row);
+  lse_ragged_.host[m.bucket_batch] = c.num_actual_tokens * context_.num_q_heads;
   m.page_table = c.block_table.data.data();
   m.page_table_stride = c.block_table.row_stride;
-  upload_bytes_ = ragged_.end_bytes(sz(m.bucket_batch) + 1);
+  upload_bytes_ = lse_ragged_.end_bytes(sz(m.bucket_batch) + 1);
   m.seq_len_q_host = seq_len_q_.host_span(sz(m.bucket_batch));
   m.seq_len_kv_host = seq_len_kv_.host_span(sz(m.bucket_batch));
   m.ragged_offsets_host = ragged_.host_span(sz(m.bucket_batch) + 1);

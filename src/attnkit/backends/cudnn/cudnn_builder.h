@@ -30,7 +30,7 @@ class CudnnMetadataBuilder final : public MetadataBuilder {
  private:
   BuilderContext context_;
   Workspace workspace_;
-  WorkspaceRegion<std::int32_t> seq_len_q_, seq_len_kv_, ragged_;
+  WorkspaceRegion<std::int32_t> seq_len_q_, seq_len_kv_, ragged_, lse_ragged_;
   DeviceArray<std::byte> cudnn_workspace_;
   std::size_t upload_bytes_ = 0;
   CudnnMetadata metadata_;

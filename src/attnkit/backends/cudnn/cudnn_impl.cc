@@ -28,8 +28,10 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   ATTNKIT_REQUIRE(md.num_q_heads == heads && md.head_size == d, "cudnn plan heads",
                   str(md.num_q_heads) + " x " + str(md.head_size), str(heads) + " x " + str(d),
                   "the query offsets are planned for the group's layer shape");
-  ATTNKIT_REQUIRE(lse.empty(), "lse", "requested", "empty", "the CUDNN backend does not return the LSE");
   const std::int64_t rows = md.io_rows;
+  check_device_lse(lse, rows, heads);
+  ATTNKIT_REQUIRE(lse.empty() || lse.stride[0] == heads, "lse stride", str(lse.empty() ? 0 : lse.stride[0]), str(heads),
+                  "cuDNN writes dense LSE rows");
   check_device_tokens(query, "query", rows, heads, d, params_.dtype);
   check_device_tokens(output, "output", rows, heads, d, params_.dtype);
   constexpr const char* kDense = "cuDNN reads and writes dense token-major rows at ragged offsets";
@@ -58,6 +60,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   k.scale = params_.softmax_scale();
   k.causal = true;
   k.ragged = md.ragged;
+  k.lse = !lse.empty();
   if (last_graph_ == nullptr || !(k == last_key_)) {
     // Building a cuDNN graph compiles and loads kernels: never inside a capture.
     if (is_capturing(stream)) {
@@ -81,6 +84,8 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   p.seq_len_kv = md.seq_len_kv;
   p.page_table = md.page_table;
   p.ragged_offsets = md.ragged_offsets;
+  p.lse = k.lse ? static_cast<float*>(lse.data) : nullptr;
+  p.lse_ragged_offsets = md.lse_ragged_offsets;
   const std::string failed = last_graph_->execute(p, md.workspace, stream.handle);
   ATTNKIT_REQUIRE(failed.empty(), "kernel cudnn_sdpa", failed, "success", "for " + k.describe());
 }

@@ -32,6 +32,7 @@ struct CudnnMetadata final : AttentionMetadata {
   const std::int32_t* seq_len_q = nullptr;       // device [bucket_batch]
   const std::int32_t* seq_len_kv = nullptr;      // device [bucket_batch]
   const std::int32_t* ragged_offsets = nullptr;  // device [bucket_batch + 1], query elements
+  const std::int32_t* lse_ragged_offsets = nullptr;  // device [bucket_batch + 1], LSE elements
   const std::int32_t* page_table = nullptr;      // the runner's device block table
   std::int32_t page_table_stride = 0;
   void* workspace = nullptr;  // cuDNN's, device

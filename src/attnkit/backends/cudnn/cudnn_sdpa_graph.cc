@@ -19,8 +19,10 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Tensor uids in ascending order: the sorted-pointer execute takes the user pointers in this order.
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kSeqLenQ, kSeqLenKv, kPageTableK, kPageTableV, kRaggedQ, kRaggedO };
-constexpr int kNumUids = 10;
+enum Uid : std::int64_t {
+  kQ = 1, kK, kV, kO, kSeqLenQ, kSeqLenKv, kPageTableK, kPageTableV, kRaggedQ, kRaggedO, kStats, kRaggedStats
+};
+constexpr int kMaxUids = 12;
 
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
@@ -68,7 +70,7 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
   auto table_v = int_tensor(*g, "page_table_v", kPageTableV, {b, 1, w, 1}, {w, w, 1, 1});
   auto options = fe::graph::SDPA_attributes()
                      .set_name("paged_sdpa")
-                     .set_generate_stats(false)
+                     .set_generate_stats(k.lse)
                      .set_attn_scale(k.scale)
                      .set_padding_mask(true)
                      .set_seq_len_q(seq_q)
@@ -80,9 +82,14 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
   // needs no causal mask, and without one cuDNN may choose among more engines.
   if (k.causal && k.ragged) options.set_causal_mask_bottom_right(true);
   auto [o, stats] = g->sdpa(q, key_cache, value_cache, options);
-  (void)stats;
   o->set_output(true).set_uid(kO).set_dim({b, h, s, d}).set_stride(row_strides);
   if (k.ragged) o->set_ragged_offset(ragged_o);
+  if (k.lse) {
+    // Token-major like the output: [rows, heads] floats.
+    stats->set_output(true).set_uid(kStats).set_dim({b, h, s, 1}).set_stride({s * h, 1, h, 1}).set_data_type(
+        fe::DataType_t::FLOAT);
+    if (k.ragged) stats->set_ragged_offset(int_tensor(*g, "ragged_stats", kRaggedStats, {b + 1, 1, 1, 1}, {1, 1, 1, 1}));
+  }
   return g;
 }
 
@@ -105,8 +112,8 @@ struct CudnnSdpaGraph::State {
   std::shared_ptr<fe::graph::Graph> graph;
 };
 
-CudnnSdpaGraph::CudnnSdpaGraph(std::unique_ptr<State> state, std::int64_t workspace_bytes, bool ragged)
-    : state_(std::move(state)), workspace_bytes_(workspace_bytes), ragged_(ragged) {}
+CudnnSdpaGraph::CudnnSdpaGraph(std::unique_ptr<State> state, std::int64_t workspace_bytes, bool ragged, bool lse)
+    : state_(std::move(state)), workspace_bytes_(workspace_bytes), ragged_(ragged), lse_(lse) {}
 CudnnSdpaGraph::~CudnnSdpaGraph() = default;
 
 std::string CudnnSdpaKey::describe() const {
@@ -115,7 +122,7 @@ std::string CudnnSdpaKey::describe() const {
      << num_kv_heads << " d " << head_size << " blocks " << num_blocks << " page " << page_size << " table width "
      << table_width << " q strides " << q_stride_token << "/" << q_stride_head << " kv strides " << kv_stride_block
      << "/" << kv_stride_token << "/" << kv_stride_head << " scale " << scale << (causal ? " causal" : "")
-     << (ragged ? " ragged" : " dense");
+     << (ragged ? " ragged" : " dense") << (lse ? " lse" : "");
   return os.str();
 }
 
@@ -130,6 +137,7 @@ std::size_t CudnnSdpaKeyHash::operator()(const CudnnSdpaKey& k) const {
   mix(static_cast<std::int64_t>(std::hash<float>()(k.scale)));
   mix(k.causal ? 1 : 0);
   mix(k.ragged ? 1 : 0);
+  mix(k.lse ? 1 : 0);
   return h;
 }
 
@@ -148,25 +156,33 @@ std::unique_ptr<CudnnSdpaGraph> CudnnSdpaGraph::build(const CudnnSdpaKey& key, s
     if (reason != nullptr) *reason = why;
     return nullptr;
   }
-  return std::unique_ptr<CudnnSdpaGraph>(new CudnnSdpaGraph(std::move(state), workspace, key.ragged));
+  return std::unique_ptr<CudnnSdpaGraph>(new CudnnSdpaGraph(std::move(state), workspace, key.ragged, key.lse));
 }
 
 std::string CudnnSdpaGraph::execute(const CudnnSdpaPointers& p, void* workspace, void* stream) const {
   const cudnnHandle_t handle = process_handle();
   const cudnnStatus_t set = cudnnSetStream(handle, static_cast<cudaStream_t>(stream));
   if (set != CUDNN_STATUS_SUCCESS) return cudnnGetErrorString(set);
-  void* pointers[kNumUids] = {const_cast<void*>(p.q),
-                              const_cast<void*>(p.k),
-                              const_cast<void*>(p.v),
-                              p.o,
-                              const_cast<std::int32_t*>(p.seq_len_q),
-                              const_cast<std::int32_t*>(p.seq_len_kv),
-                              const_cast<std::int32_t*>(p.page_table),
-                              const_cast<std::int32_t*>(p.page_table),
-                              const_cast<std::int32_t*>(p.ragged_offsets),
-                              const_cast<std::int32_t*>(p.ragged_offsets)};
-  // A dense (decode) graph has no offset tensors, the last two uids.
-  return message_of(state_->graph->execute(handle, pointers, ragged_ ? kNumUids : kNumUids - 2, workspace));
+  // The graph's tensors in uid order: a dense (decode) graph has no offset tensors, a graph
+  // without the LSE no stats.
+  void* pointers[kMaxUids] = {};
+  int n = 0;
+  for (void* pointer : {const_cast<void*>(p.q), const_cast<void*>(p.k), const_cast<void*>(p.v), p.o,
+                        static_cast<void*>(const_cast<std::int32_t*>(p.seq_len_q)),
+                        static_cast<void*>(const_cast<std::int32_t*>(p.seq_len_kv)),
+                        static_cast<void*>(const_cast<std::int32_t*>(p.page_table)),
+                        static_cast<void*>(const_cast<std::int32_t*>(p.page_table))}) {
+    pointers[n++] = pointer;
+  }
+  if (ragged_) {
+    pointers[n++] = const_cast<std::int32_t*>(p.ragged_offsets);
+    pointers[n++] = const_cast<std::int32_t*>(p.ragged_offsets);
+  }
+  if (lse_) {
+    pointers[n++] = p.lse;
+    if (ragged_) pointers[n++] = const_cast<std::int32_t*>(p.lse_ragged_offsets);
+  }
+  return message_of(state_->graph->execute(handle, pointers, n, workspace));
 }
 
 namespace {

@@ -32,6 +32,9 @@ struct CudnnSdpaKey {
   // Query rows at per-request offsets (mixed steps). A decode-only step (one row per request, as
   // many requests as the graph's batch) reads them densely: cuDNN then picks its decode engines.
   bool ragged = true;
+  // The LSE too (cuDNN's softmax stats, natural logarithms), token-major [rows, num_q_heads] at
+  // per-request offsets of their own (ragged) or dense.
+  bool lse = false;
 
   bool operator==(const CudnnSdpaKey&) const = default;
   std::string describe() const;
@@ -54,6 +57,8 @@ struct CudnnSdpaPointers {
   const std::int32_t* seq_len_kv = nullptr;  // [batch]
   const std::int32_t* page_table = nullptr;  // [batch, table_width]
   const std::int32_t* ragged_offsets = nullptr;  // ragged graphs only
+  float* lse = nullptr;                              // LSE graphs only
+  const std::int32_t* lse_ragged_offsets = nullptr;  // ragged LSE graphs: [batch + 1], LSE elements
 };
 
 class CudnnSdpaGraph {
@@ -73,10 +78,11 @@ class CudnnSdpaGraph {
 
  private:
   struct State;
-  CudnnSdpaGraph(std::unique_ptr<State> state, std::int64_t workspace_bytes, bool ragged);
+  CudnnSdpaGraph(std::unique_ptr<State> state, std::int64_t workspace_bytes, bool ragged, bool lse);
   std::unique_ptr<State> state_;
   std::int64_t workspace_bytes_ = 0;
   bool ragged_ = true;
+  bool lse_ = false;
 };
 
 // The process-wide graph of `key`: built on first use (under a lock), then the same object for
