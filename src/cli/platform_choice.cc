@@ -19,8 +19,9 @@ Platform choose_platform(const std::string& platform, const std::string& backend
     return gpu_platform(gpu);
   }
   ATTNKIT_REQUIRE(platform == "auto", "--platform", platform, "auto, cpu, cuda");
-  // A named backend runs where it declares (a CPU-only one on the CPU even on a GPU machine).
-  const BackendType* type = backend.empty() ? nullptr : find_backend(backend);
+  // A named backend runs where it declares (a CPU-only one on the CPU even on a GPU machine);
+  // "BACKEND:variant" names the backend before the colon.
+  const BackendType* type = backend.empty() ? nullptr : find_backend(backend.substr(0, backend.find(':')));
   if (type) return platform_here(type->caps()).value_or(Platform::cpu());
   return gpu.available() && backend.empty() ? gpu_platform(gpu) : Platform::cpu();
 }

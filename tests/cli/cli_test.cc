@@ -114,6 +114,16 @@ TEST(CliSelect, AutoSelectionExitsZeroAndNamesTheBackend) {
   EXPECT_TRUE(names_one) << *selected;
 }
 
+TEST(CliSelect, APinnedKernelVariantRunsOrIsRefusedWithItsReasons) {
+  const CliRun pinned = run_cli({"select", "--backend", "VARLEN:cpu-online-softmax", "--platform", "cpu"});
+  EXPECT_EQ(pinned.exit_code, 0) << pinned.both();
+  EXPECT_TRUE(has(pinned.out, "kernel cpu-online-softmax (explicit, variant pinned)")) << pinned.out;
+  const CliRun refused = run_cli({"select", "--backend", "VARLEN:cuda-mma-kv16", "--platform", "cpu"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.both();
+  EXPECT_FALSE(refused.crashed);
+  EXPECT_TRUE(has(refused.both(), "by kernel variant cuda-mma-kv16")) << refused.both();
+}
+
 TEST(CliSelect, UnknownBackendFailsListingTheRegisteredNames) {
   const CliRun run = run_cli({"select", "--backend", "NOPE"});
   EXPECT_EQ(run.exit_code, 1) << run.both();
