@@ -153,8 +153,10 @@ TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
   fp8.kv_cache_dtype = DType::kFp8E4M3;
   EXPECT_EQ(resolve_variant(caps, fp8).variant->variant, kFlashInferFa2Variant)
       << "XQA's fp8 path misses the tolerance and is not instantiated; FA3 has no fp8 instantiation";
-  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferXqaVariant));
-  EXPECT_FALSE(flashinfer_prefills_use_fa3(kFlashInferFa2Variant));
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferXqaVariant).decode, FlashInferKernel::kXqa);
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferXqaVariant).prefill, FlashInferKernel::kFa3);
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferFa3Variant).decode, FlashInferKernel::kFa2);
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferFa2Variant).prefill, FlashInferKernel::kFa2);
 }
 
 TEST(FlashInferBackend, TheDecodeVariantDeclaresOnlyInstantiatedDecodeKernels) {
@@ -172,7 +174,8 @@ TEST(FlashInferBackend, TheDecodeVariantDeclaresOnlyInstantiatedDecodeKernels) {
   ASSERT_TRUE(v->features.has_value());
   EXPECT_FALSE(v->features->has(Feature::kSlidingWindow));
   EXPECT_FALSE(v->features->has(Feature::kSoftCap));
-  EXPECT_TRUE(flashinfer_prefills_use_fa3(kFlashInferDecodeVariant));
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferDecodeVariant).decode, FlashInferKernel::kDecode);
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferDecodeVariant).prefill, FlashInferKernel::kFa3);
   EXPECT_FALSE(kernels::flashinfer_decode_instantiated(DType::kBFloat16, DType::kBFloat16, 128, 5));
   EXPECT_EQ(v->group_sizes, (std::vector<int>{1, 2, 3, 4, 6, 8, 16})) << "FlashInfer's dispatched group sizes";
   EXPECT_FALSE(kernels::flashinfer_decode_instantiated(DType::kBFloat16, DType::kFp8E4M3, 128, 1));

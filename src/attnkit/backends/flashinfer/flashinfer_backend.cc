@@ -67,9 +67,13 @@ VariantCaps decode_variant_caps() {
 }
 }  // namespace
 
-bool flashinfer_prefills_use_fa3(KernelVariant variant) {
-  // These declare only what the FA3 template is instantiated for (16-bit KV, its head sizes).
-  return variant == kFlashInferFa3Variant || variant == kFlashInferXqaVariant || variant == kFlashInferDecodeVariant;
+FlashInferKernels flashinfer_kernels_of(KernelVariant variant) {
+  // Every variant but fa2-paged declares only what the FA3 template is instantiated for (16-bit
+  // KV, its head sizes), so their prefills run it.
+  if (variant == kFlashInferXqaVariant) return {FlashInferKernel::kXqa, FlashInferKernel::kFa3};
+  if (variant == kFlashInferDecodeVariant) return {FlashInferKernel::kDecode, FlashInferKernel::kFa3};
+  if (variant == kFlashInferFa3Variant) return {FlashInferKernel::kFa2, FlashInferKernel::kFa3};
+  return {FlashInferKernel::kFa2, FlashInferKernel::kFa2};
 }
 
 const BackendCaps& FlashInferBackend::caps() {

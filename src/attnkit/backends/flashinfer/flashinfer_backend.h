@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "attnkit/backends/backend.h"
+#include "attnkit/backends/flashinfer/flashinfer_metadata.h"
 
 namespace attnkit {
 
@@ -26,9 +27,8 @@ inline constexpr KernelVariant kFlashInferFa3Variant{"fa3-paged", 2};
 inline constexpr KernelVariant kFlashInferXqaVariant{"xqa-paged", 3};
 inline constexpr KernelVariant kFlashInferDecodeVariant{"decode-paged", 4};
 
-// What each variant runs a layer's prefills and extends with: the FA3 template (xqa-paged,
-// decode-paged, fa3-paged), else the FA2 template. The builder plans and the impl runs by this
-// one rule.
-bool flashinfer_prefills_use_fa3(KernelVariant variant);
+// What each variant runs the decodes and the prefills/extends of a step with. The builder plans
+// by this one rule and records the kernel in each sub-plan, which the impl runs.
+FlashInferKernels flashinfer_kernels_of(KernelVariant variant);
 
 }  // namespace attnkit

@@ -43,17 +43,15 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
     max_rows = std::max(max_rows, size);
   }
   int_bytes_ = kernels::flashinfer_prefill_int_bytes_bound(max_reqs, max_rows, ctx.num_q_heads / ctx.num_kv_heads, sms);
-  fa3_ = flashinfer_prefills_use_fa3(ctx.variant);
-  xqa_ = ctx.variant == kFlashInferXqaVariant;
-  decode_kernel_ = ctx.variant == kFlashInferDecodeVariant;
-  if (decode_kernel_) {
+  kernels_ = flashinfer_kernels_of(ctx.variant);
+  if (kernels_.decode == FlashInferKernel::kDecode) {
     const std::int32_t group = ctx.num_q_heads / ctx.num_kv_heads;
     ATTNKIT_REQUIRE(kernels::flashinfer_decode_instantiated(ctx.kv_spec.dtype, ctx.kv_spec.dtype, ctx.head_size, group),
                     "kv_cache_dtype/head_size/group size",
                     std::string(to_string(ctx.kv_spec.dtype)) + "/" + str(ctx.head_size) + "/" + str(group),
                     "an instantiated FlashInfer decode kernel", "decode-paged");
   }
-  if (xqa_) {
+  if (kernels_.decode == FlashInferKernel::kXqa) {
     // XQA is instantiated for queries in the KV dtype (16-bit) only.
     const kernels::FlashInferXqaConfig xqa{ctx.kv_spec.dtype, ctx.kv_spec.dtype, ctx.head_size,
                                            ctx.num_q_heads / ctx.num_kv_heads, ctx.kernel_block_size};
@@ -69,7 +67,7 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
                                           kernels::flashinfer_xqa_scratch_bytes(xqa, max_reqs, ctx.num_kv_heads,
                                                                                 xqa_resident_ctas_));
   }
-  if (fa3_) {
+  if (kernels_.prefill == FlashInferKernel::kFa3) {
     ATTNKIT_REQUIRE(kernels::flashinfer_fa3_supported_step(max_reqs, max_tokens), "max_num_tokens/max_num_reqs",
                     str(max_tokens) + "/" + str(max_reqs), "at most 4096 query tiles of 128 rows per head",
                     "FlashInfer's SM90 plan would switch to a schedule the fa3-paged variant does not instantiate");
@@ -144,16 +142,14 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::in
   out.batch = batch;
   out.launch_reqs = launch_reqs;
   out.plan = {};
-  out.uses_fa3 = kernel == FlashInferKernel::kFa3;
+  out.kernel = kernel;
   out.fa3_plan = {};
-  out.uses_xqa = kernel == FlashInferKernel::kXqa;
-  out.uses_decode_kernel = kernel == FlashInferKernel::kDecode;
   out.decode_plan = {};
   out.qo_indptr = qo.device;
   out.kv_indptr = indptr_.device + batch.first_request;
   out.kv_last_page_len = last_page_len_.device + batch.first_request;
   // XQA needs no plan: it splits each request's keys from the SM count and merges in its launch.
-  if (launch_reqs == 0 || out.uses_xqa) return;
+  if (launch_reqs == 0 || kernel == FlashInferKernel::kXqa) return;
   kernels::FlashInferPrefillBatch b;
   b.num_q_heads = context_.num_q_heads;
   b.num_kv_heads = context_.num_kv_heads;
@@ -173,10 +169,10 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::in
   w.int_pinned = ints.host;
   w.int_bytes = int_bytes_;
   w.copy_stream = copy_stream_;
-  if (out.uses_decode_kernel) {
+  if (kernel == FlashInferKernel::kDecode) {
     kernels::check_launch(
         kernels::flashinfer_decode_plan(context_.kv_spec.dtype, b, w, graph_plan, &out.decode_plan));
-  } else if (out.uses_fa3) {
+  } else if (kernel == FlashInferKernel::kFa3) {
     kernels::check_launch(kernels::flashinfer_fa3_plan(b, seq_lens_.host + batch.first_request, w, &out.fa3_plan));
   } else {
     kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
@@ -214,7 +210,7 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     device_block_table_ = common.block_table.data.data();
     block_table_stride_ = common.block_table.row_stride;
   }
-  if (xqa_ && decode_launch > 0) {
+  if (kernels_.decode == FlashInferKernel::kXqa && decode_launch > 0) {
     // XQA reads the runner's device block table (kernel pages) and device-truth lengths, whose
     // first rows are the decodes (padding rows of a graph plan: length 0).
     ATTNKIT_REQUIRE(common.block_table.data.space() != MemorySpace::kHost && common.block_table.num_rows >= decode_launch &&
@@ -228,12 +224,9 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
     m.xqa.split_sms = kernels::flashinfer_xqa_split_sms(decode_launch, context_.num_kv_heads,
                                                         m.step.decode.max_seq_len, xqa_resident_ctas_);
   }
-  const FlashInferKernel decodes = xqa_             ? FlashInferKernel::kXqa
-                                   : decode_kernel_ ? FlashInferKernel::kDecode
-                                                    : FlashInferKernel::kFa2;
-  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, decodes, decode_qo_, decode_ints_, m.decode);
-  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false,
-                 fa3_ ? FlashInferKernel::kFa3 : FlashInferKernel::kFa2, prefill_qo_, prefill_ints_, m.prefill);
+  plan_sub_batch(m.step.decode, decode_launch, m.graph_plan, kernels_.decode, decode_qo_, decode_ints_, m.decode);
+  plan_sub_batch(m.step.prefill, m.step.prefill.num_reqs, /*graph_plan=*/false, kernels_.prefill, prefill_qo_,
+                 prefill_ints_, m.prefill);
   m.output_rows = m.graph_plan ? decode_launch : m.step.num_actual_tokens;
   // A graph plan copies the small CSR arrays whole (a size fixed at start-up) and gathers its page
   // indices on the device; an eager plan copies exactly the used bytes, indices included.

@@ -50,8 +50,6 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
-  // Which of FlashInfer's kernels a sub-batch runs (the variant decides, per sub-batch).
-  enum class FlashInferKernel : std::uint8_t { kFa2, kFa3, kXqa, kDecode };
   void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, FlashInferKernel kernel,
                       const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
                       FlashInferSubPlan& out);
@@ -59,9 +57,7 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   void pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded);
 
   BuilderContext context_;
-  bool fa3_ = false;  // prefills through the FA3 template (flashinfer_prefills_use_fa3)
-  bool xqa_ = false;  // the xqa-paged variant: decodes through XQA
-  bool decode_kernel_ = false;  // the decode-paged variant: decodes through FlashInfer's decode kernel
+  FlashInferKernels kernels_;  // the variant's (flashinfer_kernels_of)
   DeviceArray<std::uint32_t> xqa_semaphores_;
   DeviceArray<std::byte> xqa_scratch_;
   std::int32_t xqa_resident_ctas_ = 0;  // kernels::flashinfer_xqa_resident_ctas

@@ -106,7 +106,7 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
   const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));
   for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
     if (sub->launch_reqs == 0) continue;
-    if (sub->uses_xqa) {
+    if (sub->kernel == FlashInferKernel::kXqa) {
       ATTNKIT_REQUIRE(lse.empty(), "lse", "a tensor", "empty for the xqa-paged variant",
                       "XQA returns no LSE; a layer that needs it resolves to fa3-paged or fa2-paged at selection");
       run_xqa_decodes(*sub, md, query, output, r, stream);
@@ -122,9 +122,14 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
     r.kv_indptr = sub->kv_indptr;
     r.kv_last_page_len = sub->kv_last_page_len;
     r.int_buffer = sub->int_buffer;
-    kernels::check_launch(sub->uses_decode_kernel ? kernels::flashinfer_decode_run(r, sub->decode_plan, stream.handle)
-                          : sub->uses_fa3     ? kernels::flashinfer_fa3_run(r, sub->fa3_plan, stream.handle)
-                                              : kernels::flashinfer_prefill_run(r, sub->plan, stream.handle));
+    switch (sub->kernel) {
+      case FlashInferKernel::kDecode:
+        kernels::check_launch(kernels::flashinfer_decode_run(r, sub->decode_plan, stream.handle));
+        break;
+      case FlashInferKernel::kFa3: kernels::check_launch(kernels::flashinfer_fa3_run(r, sub->fa3_plan, stream.handle)); break;
+      case FlashInferKernel::kFa2: kernels::check_launch(kernels::flashinfer_prefill_run(r, sub->plan, stream.handle)); break;
+      case FlashInferKernel::kXqa: break;  // above
+    }
   }
   if (kv_cache.v_scale != 1.0f) {
     kernels::check_launch(kernels::flashinfer_scale_output(output.data, params_.dtype, rows, heads * d,
@@ -149,8 +154,6 @@ void FlashInferImpl::run_xqa_decodes(const FlashInferSubPlan& sub, const FlashIn
   kernels::FlashInferXqaRun x;
   x.config = {params_.dtype, params_.kv_cache_dtype, params_.head_size, params_.num_q_heads / params_.num_kv_heads,
               md.page_size};
-  ATTNKIT_REQUIRE(kernels::flashinfer_xqa_instantiated(x.config), "kernel_block_size", str(md.page_size),
-                  "an XQA instantiation's page size", "the xqa-paged variant is compiled per page size");
   x.num_kv_heads = params_.num_kv_heads;
   x.batch_size = sub.launch_reqs;
   const std::int64_t elem = static_cast<std::int64_t>(size_of(params_.dtype));

@@ -5,6 +5,16 @@
 namespace attnkit {
 
 namespace {
+std::string_view to_string(FlashInferKernel kernel) {
+  switch (kernel) {
+    case FlashInferKernel::kFa2: return "fa2";
+    case FlashInferKernel::kFa3: return "fa3";
+    case FlashInferKernel::kXqa: return "xqa";
+    case FlashInferKernel::kDecode: return "decode";
+  }
+  return "?";
+}
+
 void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubPlan& s,
                     std::span<const std::int32_t> qo) {
   v.begin_object(name);
@@ -16,8 +26,8 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.scalar("max_query_len", s.batch.max_query_len);
   v.scalar("max_seq_len", s.batch.max_seq_len);
   v.array("qo_indptr", qo);
-  v.text("kernel", s.uses_xqa ? "xqa" : s.uses_decode_kernel ? "decode" : s.uses_fa3 ? "fa3" : "fa2");
-  if (s.uses_decode_kernel) {
+  v.text("kernel", to_string(s.kernel));
+  if (s.kernel == FlashInferKernel::kDecode) {
     v.begin_object("flashinfer_decode_plan");
     v.flag("planned", s.decode_plan.planned);
     v.scalar("padded_batch_size", s.decode_plan.padded_batch_size);
@@ -34,7 +44,7 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   v.flag("cuda_graph", s.plan.cuda_graph);
   v.scalar("int_bytes", static_cast<std::int64_t>(s.plan.int_bytes_used));
   v.end_object();
-  if (s.uses_fa3) {
+  if (s.kernel == FlashInferKernel::kFa3) {
     v.begin_object("flashinfer_fa3_plan");
     v.flag("planned", s.fa3_plan.planned);
     v.scalar("num_works", s.fa3_plan.num_works);
@@ -61,7 +71,7 @@ void FlashInferMetadata::visit(FieldVisitor& v) const {
   v.array("paged_kv_indices", indices_host);
   v.array("paged_kv_last_page_len", last_page_len_host);
   visit_sub_plan(v, "decode_plan", decode, decode_qo_host);
-  if (decode.uses_xqa) v.scalar("xqa_split_sms", xqa.split_sms);
+  if (decode.kernel == FlashInferKernel::kXqa) v.scalar("xqa_split_sms", xqa.split_sms);
   visit_sub_plan(v, "prefill_plan", prefill, prefill_qo_host);
 }
 

@@ -14,25 +14,33 @@
 
 namespace attnkit {
 
+// Which of FlashInfer's kernels runs a sub-batch (flashinfer_kernels_of decides, per variant).
+enum class FlashInferKernel : std::uint8_t { kFa2, kFa3, kXqa, kDecode };
+struct FlashInferKernels {
+  FlashInferKernel decode = FlashInferKernel::kFa2;
+  FlashInferKernel prefill = FlashInferKernel::kFa2;
+};
+
 // One FlashInfer plan and the device arrays its kernel reads.
 struct FlashInferSubPlan {
   CsrSubBatch batch;
   // The requests the kernel is launched over: batch.num_reqs, or in a CUDA-graph plan the step's
   // padded request count (padding requests have one query row and no keys).
   std::int32_t launch_reqs = 0;
-  kernels::FlashInferPrefillPlan plan;  // the FA2 template's
-  // The fa3-paged variant's prefill sub-batch runs the FA3 template from FlashInfer's SM90 plan.
-  bool uses_fa3 = false;
+  // The kernel and its plan: the FA2 template's PrefillPlan, the FA3 template's SM90 plan, the
+  // decode kernel's DecodePlan, or none (XQA, see FlashInferXqaDecode).
+  FlashInferKernel kernel = FlashInferKernel::kFa2;
+  kernels::FlashInferPrefillPlan plan;
   kernels::FlashInferFa3Plan fa3_plan;
-  // The xqa-paged variant's decode sub-batch runs XQA, which needs no plan (see FlashInferXqaDecode).
-  bool uses_xqa = false;
-  // The decode-paged variant's decode sub-batch runs FlashInfer's decode kernel from its DecodePlan.
-  bool uses_decode_kernel = false;
   kernels::FlashInferDecodePlan decode_plan;
   std::size_t int_upload_bytes() const {
-    if (uses_xqa) return 0;
-    if (uses_decode_kernel) return decode_plan.int_bytes_used;
-    return uses_fa3 ? fa3_plan.int_bytes_used : plan.int_bytes_used;
+    switch (kernel) {
+      case FlashInferKernel::kFa2: return plan.int_bytes_used;
+      case FlashInferKernel::kFa3: return fa3_plan.int_bytes_used;
+      case FlashInferKernel::kDecode: return decode_plan.int_bytes_used;
+      case FlashInferKernel::kXqa: return 0;
+    }
+    return 0;
   }
   std::int32_t* qo_indptr = nullptr;         // device, [batch.num_reqs + 1] from 0
   std::int32_t* kv_indptr = nullptr;         // device, the batch's slice of the CSR indptr
@@ -68,7 +76,7 @@ struct FlashInferMetadata final : AttentionMetadata {
   void* float_buffer = nullptr;        // device, split-KV partials (shared by the sub-batches)
   FlashInferSubPlan decode;            // requests [0, step.decode.num_reqs)
   FlashInferSubPlan prefill;           // the rest
-  FlashInferXqaDecode xqa;             // when decode.uses_xqa
+  FlashInferXqaDecode xqa;             // when decode.kernel is kXqa
   // The pinned mirrors the device arrays were uploaded from: what visit() prints (no device read).
   std::span<const std::int32_t> indptr_host, indices_host, last_page_len_host, decode_qo_host, prefill_qo_host;
 
