@@ -35,7 +35,9 @@ const BackendCaps& VarlenBackend::caps() {
                                       Feature::kAlibi,         Feature::kCascade, Feature::kReturnLse};
     VariantCaps kv16;
     kv16.variant = kVarlenCudaVariant;
-    kv16.summary = "tensor-core (mma.m16n8k16) paged tiles, GQA rows packed, split-KV and cascade with an LSE merge";
+    kv16.summary =
+        "tensor-core paged tiles (prefill at head sizes 64/128: sm_90a warpgroup products; otherwise "
+        "mma.m16n8k16), GQA rows packed, split-KV and cascade with an LSE merge";
     kv16.platforms = {PlatformKind::kCuda};
     kv16.cuda_compute_capability = ComputeCapabilityRange{90, 90};
     kv16.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};

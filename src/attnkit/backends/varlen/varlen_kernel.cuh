@@ -23,6 +23,13 @@
 #include "attnkit/kernels/common/partial_merge.h"
 #include "attnkit/kernels/common/score.h"
 #include "attnkit/kernels/common/tensor_core.cuh"
+#include "attnkit/kernels/common/warpgroup_mma.cuh"
+
+// The prefill tiles of head sizes 64 and 128 are warpgroup products, which only sm_90a has; the
+// backend declares compute capability 9.0 alone.
+#if defined(__CUDA_ARCH__) && !ATTNKIT_HAS_WGMMA
+#error "the VARLEN kernels must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
+#endif
 
 namespace attnkit::kernels::varlen {
 
@@ -45,6 +52,12 @@ constexpr RingShape decode_ring(int head_size, int kv_bytes) {
   return head_size == 128 ? RingShape{128, 3} : RingShape{64, 5};
 }
 constexpr RingShape prefill_ring(int head_size) { return head_size > 128 ? RingShape{32, 2} : RingShape{32, 4}; }
+// Prefill tiles of 16-bit KV at head sizes 64 and 128 run on the warpgroup products (wgmma, sm_90a;
+// bench/notes/varlen.md, v13): the CTA's one warpgroup computes S = Q K^T for the tile's two 64-row
+// halves from shared memory and O += P V with P in registers, 64 keys a tile in two stages (the
+// score and output accumulators of both halves, 192 floats, stay in registers).
+constexpr bool wgmma_prefill(int head_size, int kv_bytes) { return kv_bytes == 2 && (head_size == 64 || head_size == 128); }
+inline constexpr RingShape kWgmmaPrefillRing = {64, 2};
 // CTAs per SM the register allocation is bounded for: two (<= 255 registers per thread) for heads
 // up to 128, which holds the prefill warp's two row blocks; the larger heads hold twice the
 // accumulator and fit one.
@@ -64,7 +77,9 @@ struct RowInfo {
 
 // Everything a tile shape decides at compile time, including its shared-memory layout. WarpsM
 // warps split the rows (RowBlocks blocks of 16 rows each), the others split each KV tile's keys.
-template <int D, DType kQ, DType kKv, int WarpsM, int RowBlocks, RingShape kRing>
+// Warpgroup tiles (Wgmma: four warps, two row blocks, all keys) hold Q, K and V in the products'
+// swizzled column blocks and give warp w rows 16 w .. 16 w + 15 of each 64-row half.
+template <int D, DType kQ, DType kKv, int WarpsM, int RowBlocks, RingShape kRing, bool Wgmma = false>
 struct TileConfig {
   static constexpr int kHeadDim = D;
   static constexpr int kWarpsM = WarpsM;
@@ -78,22 +93,37 @@ struct TileConfig {
   static constexpr bool kFp8 = is_fp8(kKv);
   static constexpr int kKvBytes = kFp8 ? 1 : 2;
   static constexpr int kStages = kRing.stages;  // kStages - 1 tiles in flight while one is used
-  static constexpr int kPitch = D + 8;  // 16-bit elements per shared row of Q and of 16-bit K/V
+  static constexpr bool kWgmma = Wgmma;
+  static constexpr int kPitch = D + 8;  // 16-bit elements per padded shared row of Q and of 16-bit K/V
   // fp8 rows of a multiple of 128 bytes are stored swizzled instead of padded (read by this
   // kernel's own loads, which apply the same swizzle; ldmatrix reads the padded 16-bit rows).
   static constexpr bool kSwizzled = kFp8 && (D * kKvBytes) % 128 == 0;
-  using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads, kSwizzled>;
-  static constexpr int kRawTileBytes = kKeys * Loader::kPitch;  // one of K or V, cache dtype
-  static constexpr int kQBytes = kRows * kPitch * 2;
+  static constexpr TileLayout kLayout =
+      kWgmma ? TileLayout::kBlocked : (kSwizzled ? TileLayout::kSwizzled : TileLayout::kPadded);
+  using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads, kLayout>;
+  static constexpr int kRawTileBytes = Loader::kTileBytes;  // one of K or V, cache dtype
+  static constexpr int kQBytes = kRows * (kWgmma ? D : kPitch) * 2;
   static constexpr int kRowInfoOffset = kQBytes;
-  static constexpr int kLoopOffset = round_up(kRowInfoOffset + kRows * static_cast<int>(sizeof(RowInfo)), 128);
+  // Warpgroup tiles align their region to 1024 bytes at run time (the swizzle's period): K and V
+  // stages start on a 1024-byte boundary too, and kBytes holds the slack.
+  static constexpr int kAlign = kWgmma ? wg::kSwizzleAtomBytes : 128;
+  static constexpr int kLoopOffset = round_up(kRowInfoOffset + kRows * static_cast<int>(sizeof(RowInfo)), kAlign);
   static constexpr int kStageBytes = 2 * kRawTileBytes;
   static constexpr int kLoopBytes = kStages * kStageBytes;
-  // The epilogue reuses the loop region: every warp's float accumulator, max and sum.
+  // The epilogue of tiles whose warps split the keys reuses the loop region: every warp's float
+  // accumulator, max and sum (tiles whose warps own whole rows write them from registers).
   static constexpr int kEpiloguePitch = D + 4;
-  static constexpr int kEpilogueBytes = kWarps * kWarpRows * kEpiloguePitch * 4 + 2 * kWarps * kWarpRows * 4;
-  static constexpr int kBytes = kLoopOffset + max_of(kLoopBytes, kEpilogueBytes);
+  static constexpr int kEpilogueBytes =
+      kWarpsN == 1 ? 0 : kWarps * kWarpRows * kEpiloguePitch * 4 + 2 * kWarps * kWarpRows * 4;
+  static constexpr int kBytes = kLoopOffset + max_of(kLoopBytes, kEpilogueBytes) + (kWgmma ? kAlign : 0);
   static_assert(D % 16 == 0 && kWarpKeys % 16 == 0, "tensor-core steps are 16 wide");
+  static_assert(!kWgmma || (kWarpsM == kWarps && kRowBlocks == 2 && !kFp8 && D % 64 == 0 && kStageBytes % kAlign == 0),
+                "warpgroup tiles: 128 rows as two 64-row halves of 16-bit KV in whole column blocks");
+
+  // The tile row of this thread's fragment row `group` (+ 8 for half 1) of row block rb, in warp m.
+  __device__ __forceinline__ static int row_of(int m, int rb, int group, int half) {
+    return kWgmma ? rb * 64 + m * 16 + group + half * 8 : m * kWarpRows + rb * 16 + group + half * 8;
+  }
   static_assert(kRows <= kThreads, "plan_rows gives each packed row a thread");
   static_assert(kStages >= 2, "the ring overlaps one tile's loads with another's math");
 };
@@ -101,7 +131,9 @@ struct TileConfig {
 template <int D, DType kQ, DType kKv>
 struct Family {
   using Decode = TileConfig<D, kQ, kKv, 1, 1, decode_ring(D, is_fp8(kKv) ? 1 : 2)>;
-  using Prefill = TileConfig<D, kQ, kKv, kWarps, varlen_prefill_rows(D) / (16 * kWarps), prefill_ring(D)>;
+  static constexpr bool kWgmmaPrefill = wgmma_prefill(D, is_fp8(kKv) ? 1 : 2);
+  using Prefill = TileConfig<D, kQ, kKv, kWarps, varlen_prefill_rows(D) / (16 * kWarps),
+                             kWgmmaPrefill ? kWgmmaPrefillRing : prefill_ring(D), kWgmmaPrefill>;
   static_assert(Decode::kRows == kVarlenDecodeRows && Prefill::kRows == varlen_prefill_rows(D),
                 "the plan's tile rows are the kernel's");
   static constexpr int kDecodeBytes = Decode::kBytes;
@@ -154,6 +186,32 @@ __device__ __forceinline__ void store4(void* base, std::int64_t index, float a, 
   v.x = tc::pack_pair<kQ>(a, b);
   v.y = tc::pack_pair<kQ>(c, d);
   *reinterpret_cast<uint2*>(static_cast<unsigned char*>(base) + index * 2) = v;
+}
+
+template <DType kQ>
+__device__ __forceinline__ void store2(void* base, std::int64_t index, float a, float b) {
+  *reinterpret_cast<std::uint32_t*>(static_cast<unsigned char*>(base) + index * 2) = tc::pack_pair<kQ>(a, b);
+}
+
+// A finished row: the factor its accumulated values are multiplied by (v_scale / sum, with the
+// sink's weight for a final output) and its LSE. A partial is normalized without the sink (the
+// merge adds it once); a row that saw no key stays empty (factor 0, LSE -inf).
+struct RowFinish {
+  float factor = 0.0f;
+  float lse = -INFINITY;
+};
+__device__ __forceinline__ RowFinish finish_row(const VarlenParams& p, const RowInfo& info, float max, float sum) {
+  RowFinish f;
+  if (sum > 0.0f) {
+    f.lse = max + logf(sum);
+    f.factor = p.kv.v_scale / sum;
+  }
+  if (info.partial_row < 0 && p.sinks != nullptr) {
+    const MergeWeights w = merge_sink(f.lse, p.sinks[info.head]);
+    f.factor *= w.wa;
+    f.lse = w.lse;
+  }
+  return f;
 }
 
 // Padding tokens [first, end) of this KV head's query heads: zeros and LSE -inf, so a replayed
@@ -225,6 +283,35 @@ __device__ void plan_rows(const VarlenParams& p, const VarlenWorkItem& item, int
   __syncthreads();
 }
 
+// Warpgroup tiles: S = Q K^T of the 64-row half `half`, from the column-blocked Q and K tiles.
+template <class C, DType kQ>
+__device__ __forceinline__ void warpgroup_scores(float (&scores)[C::kKeys / 8][4], const unsigned char* q_tile,
+                                                 const unsigned char* k_tile, int half) {
+  wg::fence();
+#pragma unroll
+  for (int ks = 0; ks < C::kHeadDim / 16; ++ks) {
+    wg::mma_ss<kQ, C::kKeys>(scores, wg::k_major(q_tile + wg::k_major_step(ks, C::kRows, half * 64)),
+                             wg::k_major(k_tile + wg::k_major_step(ks, C::kKeys)), ks > 0);
+  }
+  wg::commit();
+  wg::wait<0>();
+}
+
+// Warpgroup tiles: O += P V for one half, P in registers (the A fragments of 16 keys each).
+template <class C, DType kQ>
+__device__ __forceinline__ void warpgroup_values(float (&acc)[C::kHeadDim / 8][4],
+                                                 const std::uint32_t (&probs)[C::kKeys / 16][4],
+                                                 const unsigned char* v_tile) {
+  constexpr std::uint32_t kBlockBytes = C::kKeys * wg::kSwizzleRowBytes;  // 64 dims of every key
+  wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < C::kKeys / 16; ++kk) {
+    wg::mma_rs<kQ, C::kHeadDim>(acc, probs[kk], wg::mn_major(v_tile + wg::mn_major_step(kk), kBlockBytes), true);
+  }
+  wg::commit();
+  wg::wait<0>();
+}
+
 // One work item of tile shape C for one KV head.
 template <class C, DType kQ, DType kKv>
 __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv_head, unsigned char* smem) {
@@ -232,6 +319,10 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   constexpr int kKeyBlocks = C::kWarpKeys / 8;
   constexpr int kDimBlocks = D / 8;
   if (dynamic_smem_bytes() < static_cast<std::uint32_t>(C::kBytes)) __trap();  // the host sized the launch wrong
+  if constexpr (C::kWgmma) {
+    const std::uint32_t misalign = tc::shared_address(smem) % C::kAlign;
+    smem += misalign == 0 ? 0 : C::kAlign - misalign;
+  }
 
   __shared__ int bounds[4];
   auto* q_tile = reinterpret_cast<std::uint16_t*>(smem);
@@ -252,7 +343,12 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
       const RowInfo& info = rows[row];
       const bool valid = info.token >= 0 && tiles > 0;
       const std::uint16_t* src = valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head + column : q;
-      tc::copy_16_async(q_tile + row * C::kPitch + column, src, valid);
+      if constexpr (C::kWgmma) {
+        tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + wg::swizzled_offset(row, column / 8, C::kRows), src,
+                          valid);
+      } else {
+        tc::copy_16_async(q_tile + row * C::kPitch + column, src, valid);
+      }
     }
   }
 
@@ -290,8 +386,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   const int m_index = warp % C::kWarpsM, n_index = warp / C::kWarpsM;
   constexpr int RB = C::kRowBlocks;
   // This thread's rows: row_of(rb, half) = the warp's block rb, fragment row group_id (+ 8).
-  const int warp_row0 = m_index * C::kWarpRows;
-  auto row_of = [&](int rb, int half) { return warp_row0 + rb * 16 + group_id + half * 8; };
+  auto row_of = [&](int rb, int half) { return C::row_of(m_index, rb, group_id, half); };
   const bool has_alibi = p.alibi_slopes != nullptr;
   const float score_scale = p.scale * p.kv.k_scale;
 
@@ -304,11 +399,12 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
 
   // Decode tiles of heads up to 128 keep the warp's Q fragments in registers across tiles.
   constexpr bool kQInRegisters = C::kWarpsM == 1 && RB == 1 && D <= 128;
-  const std::uint16_t* q_rows = q_tile + (warp_row0 + lane % 16) * C::kPitch + (lane / 16) * 8;
+  const std::uint16_t* q_rows = q_tile + (m_index * C::kWarpRows + lane % 16) * C::kPitch + (lane / 16) * 8;
   std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
 
   for (int n = 0; n < tiles; ++n) {
     tc::wait_async<C::kStages - 2>();
+    if constexpr (C::kWgmma) wg::proxy_fence();  // the products read what cp.async wrote
     __syncthreads();
     if constexpr (kQInRegisters) {
       if (n == 0) {  // Q arrived with the first tile's group
@@ -334,68 +430,18 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     const std::int32_t tile_first = lo + n * C::kKeys;
     const std::int32_t warp_first = tile_first + n_index * C::kWarpKeys;
 
-    // S = Q K^T for this warp's rows and kWarpKeys keys; each K fragment serves every row block.
-    float scores[RB][kKeyBlocks][4];
-#pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-      for (int b = 0; b < kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
-    const std::uint16_t* k_rows =
-        k_tile + (n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8) * C::kPitch + ((lane / 8) % 2) * 8;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      std::uint32_t a[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) {
-        if constexpr (kQInRegisters) {
-          a[rb][0] = q_frag[ks][0];
-          a[rb][1] = q_frag[ks][1];
-          a[rb][2] = q_frag[ks][2];
-          a[rb][3] = q_frag[ks][3];
-        } else if constexpr (C::kFp8) {
-          q_fragment_fp8<C::kPitch>(a[rb], q_tile + row_of(rb, 0) * C::kPitch, ks, quad);
-        } else {
-          tc::ldmatrix_x4(a[rb], q_rows + rb * 16 * C::kPitch + ks * 16);
-        }
-      }
-      if constexpr (C::kFp8) {
-        // Key rows n_index * kWarpKeys + 8 kb + group_id: (row & 7) == group_id for the swizzle.
-        const unsigned char* k_raw = reinterpret_cast<const unsigned char*>(k_tile) +
-                                     (n_index * C::kWarpKeys + group_id) * C::Loader::kPitch +
-                                     C::Loader::chunk_offset(ks, group_id) + quad * 4;
-#pragma unroll
-        for (int kb = 0; kb < kKeyBlocks; ++kb) {
-          const std::uint32_t w = shared_u32(k_raw + kb * 8 * C::Loader::kPitch);
-          const std::uint32_t b0 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w & 0xFFFFu));
-          const std::uint32_t b1 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w >> 16));
-#pragma unroll
-          for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kQ>(scores[rb][kb], a[rb], b0, b1);
-        }
-      } else {
-#pragma unroll
-        for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
-          std::uint32_t b[4];
-          tc::ldmatrix_x4(b, k_rows + kb * 16 * C::kPitch + ks * 16);
-#pragma unroll
-          for (int rb = 0; rb < RB; ++rb) {
-            tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
-            tc::mma_16816<kQ>(scores[rb][2 * kb + 1], a[rb], b[2], b[3]);
-          }
-        }
-      }
-    }
-
     // Logits: scale (with the fp8 K scale), soft-cap, ALiBi, then the mask where the tile is not
     // visible to every row. Most tiles need only the scale, which the softmax folds into its
     // exponent: a warp-uniform branch keeps the general path's per-element work off them. The
     // rows' positions and bounds are read from shared memory only on the general path, so they
     // hold no registers across the loop.
     const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
-    float to_log2 = score_scale * kLog2e;  // the softmax applies the scale with its exponent
-    if (!all_visible || has_alibi || p.soft_cap > 0.0f) {
-      to_log2 = kLog2e;
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) {
+    const bool general = !all_visible || has_alibi || p.soft_cap > 0.0f;
+    const float to_log2 = general ? kLog2e : score_scale * kLog2e;
+    // Row block rb's scores become its probabilities; its accumulator is rescaled where the
+    // running max moved.
+    auto soften = [&](float(&block)[kKeyBlocks][4], int rb) {
+      if (general) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const RowInfo& row = rows[row_of(rb, half)];
@@ -408,119 +454,223 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
 #pragma unroll
             for (int e = 2 * half; e < 2 * half + 2; ++e) {
               const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
-              float s = scores[rb][b][e] * score_scale;
-              if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
-              if (has_alibi) s += slope * static_cast<float>(key - position);
-              if (masked && (key < first || key > last)) s = -INFINITY;
-              scores[rb][b][e] = s;
+              float logit = block[b][e] * score_scale;
+              if (p.soft_cap > 0.0f) logit = p.soft_cap * tanhf(logit / p.soft_cap);
+              if (has_alibi) logit += slope * static_cast<float>(key - position);
+              if (masked && (key < first || key > last)) logit = -INFINITY;
+              block[b][e] = logit;
             }
           }
         }
       }
-    }
-    float rescale[RB][2];
-    bool any_rescale = false;
+      float rescale[2];
+      softmax[rb].update(block, to_log2, rescale);
+      // The lazy running max (fragment_softmax.cuh) moves on few tiles: skip the multiply when no
+      // row of the warp needs it.
+      if (__any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb) {
-      softmax[rb].update(scores[rb], to_log2, rescale[rb]);
-      any_rescale = any_rescale || rescale[rb][0] != 1.0f || rescale[rb][1] != 1.0f;
-    }
-    // The lazy running max (fragment_softmax.cuh) moves on few tiles: skip the multiply when no
-    // row of the warp needs it.
-    if (__any_sync(0xFFFFFFFFu, any_rescale)) {
+        for (int b = 0; b < kDimBlocks; ++b) {
+          acc[rb][b][0] *= rescale[0];
+          acc[rb][b][1] *= rescale[0];
+          acc[rb][b][2] *= rescale[1];
+          acc[rb][b][3] *= rescale[1];
+        }
+      }
+    };
+    // The probabilities' C fragments are the A fragments of O += P V (keys 16 kk .. 16 kk + 15).
+    constexpr DType kPv = C::kFp8 ? DType::kFloat16 : kQ;  // the PV product's input type
+    auto probabilities = [&](const float(&block)[kKeyBlocks][4], int kk, std::uint32_t(&a)[4]) {
+      a[0] = tc::pack_pair<kPv>(block[2 * kk][0], block[2 * kk][1]);
+      a[1] = tc::pack_pair<kPv>(block[2 * kk][2], block[2 * kk][3]);
+      a[2] = tc::pack_pair<kPv>(block[2 * kk + 1][0], block[2 * kk + 1][1]);
+      a[3] = tc::pack_pair<kPv>(block[2 * kk + 1][2], block[2 * kk + 1][3]);
+    };
+
+    if constexpr (C::kWgmma) {
+      // The two 64-row halves one after the other, so one half's scores live at a time.
+      const auto* q_bytes = reinterpret_cast<const unsigned char*>(q_tile);
+#pragma unroll
+      for (int rb = 0; rb < RB; ++rb) {
+        float block[kKeyBlocks][4];
+        warpgroup_scores<C, kQ>(block, q_bytes, reinterpret_cast<const unsigned char*>(k_tile), rb);
+        soften(block, rb);
+        std::uint32_t probs[C::kKeys / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < C::kKeys / 16; ++kk) probabilities(block, kk, probs[kk]);
+        warpgroup_values<C, kQ>(acc[rb], probs, reinterpret_cast<const unsigned char*>(v_tile));
+      }
+    } else {
+      // S = Q K^T for this warp's rows and kWarpKeys keys; each K fragment serves every row block.
+      float scores[RB][kKeyBlocks][4];
 #pragma unroll
       for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
-        for (int b = 0; b < kDimBlocks; ++b) {
-          acc[rb][b][0] *= rescale[rb][0];
-          acc[rb][b][1] *= rescale[rb][0];
-          acc[rb][b][2] *= rescale[rb][1];
-          acc[rb][b][3] *= rescale[rb][1];
+        for (int b = 0; b < kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
+      const std::uint16_t* k_rows =
+          k_tile + (n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8) * C::kPitch + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        std::uint32_t a[RB][4];
+#pragma unroll
+        for (int rb = 0; rb < RB; ++rb) {
+          if constexpr (kQInRegisters) {
+            a[rb][0] = q_frag[ks][0];
+            a[rb][1] = q_frag[ks][1];
+            a[rb][2] = q_frag[ks][2];
+            a[rb][3] = q_frag[ks][3];
+          } else if constexpr (C::kFp8) {
+            q_fragment_fp8<C::kPitch>(a[rb], q_tile + row_of(rb, 0) * C::kPitch, ks, quad);
+          } else {
+            tc::ldmatrix_x4(a[rb], q_rows + rb * 16 * C::kPitch + ks * 16);
+          }
         }
-    }
+        if constexpr (C::kFp8) {
+          // Key rows n_index * kWarpKeys + 8 kb + group_id: (row & 7) == group_id for the swizzle.
+          const unsigned char* k_raw = reinterpret_cast<const unsigned char*>(k_tile) +
+                                       (n_index * C::kWarpKeys + group_id) * C::Loader::kPitch +
+                                       C::Loader::chunk_offset(ks, group_id) + quad * 4;
+#pragma unroll
+          for (int kb = 0; kb < kKeyBlocks; ++kb) {
+            const std::uint32_t w = shared_u32(k_raw + kb * 8 * C::Loader::kPitch);
+            const std::uint32_t b0 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w & 0xFFFFu));
+            const std::uint32_t b1 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w >> 16));
+#pragma unroll
+            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kQ>(scores[rb][kb], a[rb], b0, b1);
+          }
+        } else {
+#pragma unroll
+          for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
+            std::uint32_t b[4];
+            tc::ldmatrix_x4(b, k_rows + kb * 16 * C::kPitch + ks * 16);
+#pragma unroll
+            for (int rb = 0; rb < RB; ++rb) {
+              tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
+              tc::mma_16816<kQ>(scores[rb][2 * kb + 1], a[rb], b[2], b[3]);
+            }
+          }
+        }
+      }
 
-    // O += P V: the probabilities' C fragments are the A fragments of the next product; each V
-    // fragment serves every row block.
-    const std::uint16_t* v_rows =
-        v_tile + (n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8) * C::kPitch + (lane / 16) * 8;
-    constexpr DType kPv = C::kFp8 ? DType::kFloat16 : kQ;  // the PV product's input type
 #pragma unroll
-    for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
-      std::uint32_t a[RB][4];
+      for (int rb = 0; rb < RB; ++rb) soften(scores[rb], rb);
+
+      // O += P V; each V fragment serves every row block.
+      const std::uint16_t* v_rows =
+          v_tile + (n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8) * C::kPitch + (lane / 16) * 8;
 #pragma unroll
-      for (int rb = 0; rb < RB; ++rb) {
-        a[rb][0] = tc::pack_pair<kPv>(scores[rb][2 * kk][0], scores[rb][2 * kk][1]);
-        a[rb][1] = tc::pack_pair<kPv>(scores[rb][2 * kk][2], scores[rb][2 * kk][3]);
-        a[rb][2] = tc::pack_pair<kPv>(scores[rb][2 * kk + 1][0], scores[rb][2 * kk + 1][1]);
-        a[rb][3] = tc::pack_pair<kPv>(scores[rb][2 * kk + 1][2], scores[rb][2 * kk + 1][3]);
-      }
-      if constexpr (C::kFp8) {
-        constexpr int P = C::Loader::kPitch;
-        // Rows 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 of these 16 keys.
-        const unsigned char* v_raw = reinterpret_cast<const unsigned char*>(v_tile) +
-                                     (n_index * C::kWarpKeys + kk * 16 + 2 * quad) * P;
+      for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
+        std::uint32_t a[RB][4];
 #pragma unroll
-        for (int m = 0; m < D / 32; ++m) {
-          // Dims 4 (group_id + 8 m) ..: chunk group_id / 4 + 2 m, bytes 4 (group_id % 4); rows
-          // 2 quad (+ 8) have (row & 7) == 2 quad, rows 2 quad + 1 (+ 9) 2 quad + 1.
-          const int chunk = group_id / 4 + 2 * m, within = 4 * (group_id % 4);
-          const unsigned char* even = v_raw + C::Loader::chunk_offset(chunk, 2 * quad) + within;
-          const unsigned char* odd = v_raw + P + C::Loader::chunk_offset(chunk, 2 * quad + 1) + within;
-          const std::uint32_t r0 = shared_u32(even), r1 = shared_u32(odd);
-          const std::uint32_t r8 = shared_u32(even + 8 * P), r9 = shared_u32(odd + 8 * P);
-          // Key pairs per dim: {r0.byte i, r1.byte i} for dims 4c + i.
-          const std::uint32_t lo[2] = {__byte_perm(r0, r1, 0x5140), __byte_perm(r0, r1, 0x7362)};
-          const std::uint32_t hi[2] = {__byte_perm(r8, r9, 0x5140), __byte_perm(r8, r9, 0x7362)};
+        for (int rb = 0; rb < RB; ++rb) probabilities(scores[rb], kk, a[rb]);
+        if constexpr (C::kFp8) {
+          constexpr int P = C::Loader::kPitch;
+          // Rows 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 of these 16 keys.
+          const unsigned char* v_raw = reinterpret_cast<const unsigned char*>(v_tile) +
+                                       (n_index * C::kWarpKeys + kk * 16 + 2 * quad) * P;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int shift = 16 * (i % 2);
-            const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(lo[i / 2] >> shift));
-            const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(hi[i / 2] >> shift));
+          for (int m = 0; m < D / 32; ++m) {
+            // Dims 4 (group_id + 8 m) ..: chunk group_id / 4 + 2 m, bytes 4 (group_id % 4); rows
+            // 2 quad (+ 8) have (row & 7) == 2 quad, rows 2 quad + 1 (+ 9) 2 quad + 1.
+            const int chunk = group_id / 4 + 2 * m, within = 4 * (group_id % 4);
+            const unsigned char* even = v_raw + C::Loader::chunk_offset(chunk, 2 * quad) + within;
+            const unsigned char* odd = v_raw + P + C::Loader::chunk_offset(chunk, 2 * quad + 1) + within;
+            const std::uint32_t r0 = shared_u32(even), r1 = shared_u32(odd);
+            const std::uint32_t r8 = shared_u32(even + 8 * P), r9 = shared_u32(odd + 8 * P);
+            // Key pairs per dim: {r0.byte i, r1.byte i} for dims 4c + i.
+            const std::uint32_t lo[2] = {__byte_perm(r0, r1, 0x5140), __byte_perm(r0, r1, 0x7362)};
+            const std::uint32_t hi[2] = {__byte_perm(r8, r9, 0x5140), __byte_perm(r8, r9, 0x7362)};
 #pragma unroll
-            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][4 * m + i], a[rb], b0, b1);
+            for (int i = 0; i < 4; ++i) {
+              const int shift = 16 * (i % 2);
+              const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(lo[i / 2] >> shift));
+              const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(hi[i / 2] >> shift));
+#pragma unroll
+              for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][4 * m + i], a[rb], b0, b1);
+            }
           }
-        }
-        if constexpr (D % 32 != 0) {  // the last 16 dims: byte loads, natural column order
-          static_assert(!C::kSwizzled, "swizzled rows are multiples of 128 bytes");
-          const unsigned char* tail = v_raw + (D / 32) * 32;
+          if constexpr (D % 32 != 0) {  // the last 16 dims: byte loads, natural column order
+            static_assert(!C::kSwizzled, "swizzled rows are multiples of 128 bytes");
+            const unsigned char* tail = v_raw + (D / 32) * 32;
 #pragma unroll
-          for (int t = 0; t < 2; ++t) {
-            const unsigned char* column = tail + 8 * t + group_id;
-            const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(
-                static_cast<std::uint16_t>(column[0] | (static_cast<std::uint32_t>(column[P]) << 8)));
-            const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(
-                static_cast<std::uint16_t>(column[8 * P] | (static_cast<std::uint32_t>(column[9 * P]) << 8)));
+            for (int t = 0; t < 2; ++t) {
+              const unsigned char* column = tail + 8 * t + group_id;
+              const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(
+                  static_cast<std::uint16_t>(column[0] | (static_cast<std::uint32_t>(column[P]) << 8)));
+              const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(
+                  static_cast<std::uint16_t>(column[8 * P] | (static_cast<std::uint32_t>(column[9 * P]) << 8)));
 #pragma unroll
-            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][D / 32 * 4 + t], a[rb], b0, b1);
+              for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][D / 32 * 4 + t], a[rb], b0, b1);
+            }
           }
-        }
-      } else {
+        } else {
 #pragma unroll
-        for (int dn = 0; dn < D / 16; ++dn) {
-          std::uint32_t b[4];
-          tc::ldmatrix_x4_trans(b, v_rows + kk * 16 * C::kPitch + dn * 16);
+          for (int dn = 0; dn < D / 16; ++dn) {
+            std::uint32_t b[4];
+            tc::ldmatrix_x4_trans(b, v_rows + kk * 16 * C::kPitch + dn * 16);
 #pragma unroll
-          for (int rb = 0; rb < RB; ++rb) {
-            tc::mma_16816<kQ>(acc[rb][2 * dn], a[rb], b[0], b[1]);
-            tc::mma_16816<kQ>(acc[rb][2 * dn + 1], a[rb], b[2], b[3]);
+            for (int rb = 0; rb < RB; ++rb) {
+              tc::mma_16816<kQ>(acc[rb][2 * dn], a[rb], b[0], b[1]);
+              tc::mma_16816<kQ>(acc[rb][2 * dn + 1], a[rb], b[2], b[3]);
+            }
           }
         }
       }
-    }
+    }  // warp-level products
   }
 #pragma unroll
   for (int rb = 0; rb < RB; ++rb) softmax[rb].finish();
   tc::wait_async<0>();
+
+  // Tiles whose warps own whole rows (prefill and prefix tiles) write them from registers: the
+  // quad of a row holds its max and sum, each thread two adjacent dims of every 8-column block.
+  if constexpr (C::kWarpsN == 1) {
+#pragma unroll
+    for (int rb = 0; rb < RB; ++rb) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const RowInfo& info = rows[row_of(rb, half)];
+        if (info.token < 0) continue;
+        const RowFinish f = finish_row(p, info, softmax[rb].max[half], softmax[rb].sum[half]);
+        if (info.partial_row >= 0) {
+          const std::int64_t slot = static_cast<std::int64_t>(info.partial_row) * p.num_q_heads + info.head;
+          float* out = p.partial_out + slot * D;
+#pragma unroll
+          for (int b = 0; b < kDimBlocks; ++b) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              out[C::kFp8 ? fp8_out_dim<D>(b, quad, e) : b * 8 + quad * 2 + e] = acc[rb][b][2 * half + e] * f.factor;
+            }
+          }
+          if (quad == 0) p.partial_lse[slot] = f.lse;
+          continue;
+        }
+        const std::int64_t base = info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head;
+#pragma unroll
+        for (int b = 0; b < kDimBlocks; ++b) {
+          const float v0 = acc[rb][b][2 * half] * f.factor, v1 = acc[rb][b][2 * half + 1] * f.factor;
+          if constexpr (C::kFp8) {  // the permuted dims of fp8 tiles are not adjacent
+            auto* out = static_cast<std::uint16_t*>(p.rows.output);
+            out[base + fp8_out_dim<D>(b, quad, 0)] = static_cast<std::uint16_t>(tc::pack_pair<kQ>(v0, 0.0f) & 0xFFFFu);
+            out[base + fp8_out_dim<D>(b, quad, 1)] = static_cast<std::uint16_t>(tc::pack_pair<kQ>(v1, 0.0f) & 0xFFFFu);
+          } else {
+            store2<kQ>(p.rows.output, base + b * 8 + quad * 2, v0, v1);
+          }
+        }
+        if (p.rows.lse != nullptr && quad == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = f.lse;
+      }
+    }
+    return;
+  }
   __syncthreads();  // the loop region becomes the epilogue's
 
-  // Every warp's unnormalized accumulator, max and sum, at slot warp * kWarpRows + its row; then
-  // the warps sharing rows (decode tiles: all four) are merged.
+  // Every warp's unnormalized accumulator, max and sum, at slot (its key share) * kRows + its row;
+  // then the warps sharing rows (decode tiles: all four) are merged.
   float* partial_acc = reinterpret_cast<float*>(loop);
   float* partial_max = partial_acc + kWarps * C::kWarpRows * C::kEpiloguePitch;
   float* partial_sum = partial_max + kWarps * C::kWarpRows;
 #pragma unroll
   for (int rb = 0; rb < RB; ++rb) {
-    const int slot = warp * C::kWarpRows + rb * 16 + group_id;
+    const int slot = n_index * C::kRows + row_of(rb, 0);
 #pragma unroll
     for (int b = 0; b < kDimBlocks; ++b) {
       float* r0 = partial_acc + slot * C::kEpiloguePitch;
@@ -547,17 +697,16 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     const int column = (c % kChunksPerRow) * 4;
     const RowInfo& info = rows[row];
     if (info.token < 0) continue;
-    // Row `row` is row r of warp-row group m, held by warps m + k * kWarpsM.
-    const int m = row / C::kWarpRows, r = row % C::kWarpRows;
+    // The warps of key share k hold the row's state at slot k * kRows + row.
     float max = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, partial_max[(m + k * C::kWarpsM) * C::kWarpRows + r]);
+    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, partial_max[k * C::kRows + row]);
     float sum = 0.0f;
     float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (max != -INFINITY) {
 #pragma unroll
       for (int k = 0; k < C::kWarpsN; ++k) {
-        const int slot = (m + k * C::kWarpsM) * C::kWarpRows + r;
+        const int slot = k * C::kRows + row;
         const float weight = expf(partial_max[slot] - max);
         sum += partial_sum[slot] * weight;
         const float4 v = *reinterpret_cast<const float4*>(partial_acc + slot * C::kEpiloguePitch + column);
@@ -567,27 +716,17 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
         o[3] += v.w * weight;
       }
     }
-    float lse = -INFINITY;
-    float factor = 0.0f;
-    if (sum > 0.0f) {
-      lse = max + logf(sum);
-      factor = p.kv.v_scale / sum;
-    }
-    if (info.partial_row >= 0) {  // a partial: normalized, without the sink (the merge adds it)
+    const RowFinish f = finish_row(p, info, max, sum);
+    if (info.partial_row >= 0) {
       const std::int64_t slot = static_cast<std::int64_t>(info.partial_row) * p.num_q_heads + info.head;
       *reinterpret_cast<float4*>(p.partial_out + slot * D + column) =
-          make_float4(o[0] * factor, o[1] * factor, o[2] * factor, o[3] * factor);
-      if (column == 0) p.partial_lse[slot] = lse;
+          make_float4(o[0] * f.factor, o[1] * f.factor, o[2] * f.factor, o[3] * f.factor);
+      if (column == 0) p.partial_lse[slot] = f.lse;
       continue;
     }
-    if (p.sinks != nullptr) {
-      const MergeWeights w = merge_sink(lse, p.sinks[info.head]);
-      factor *= w.wa;
-      lse = w.lse;
-    }
-    store4<kQ>(p.rows.output, info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head + column, o[0] * factor,
-               o[1] * factor, o[2] * factor, o[3] * factor);
-    if (p.rows.lse != nullptr && column == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = lse;
+    store4<kQ>(p.rows.output, info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head + column,
+               o[0] * f.factor, o[1] * f.factor, o[2] * f.factor, o[3] * f.factor);
+    if (p.rows.lse != nullptr && column == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = f.lse;
   }
 }
 

@@ -7,26 +7,38 @@
 #include <cstdint>
 
 #include "attnkit/kernels/common/tensor_core.cuh"
+#include "attnkit/kernels/common/warpgroup_mma.cuh"
 
 namespace attnkit::kernels {
 
+// How a tile's rows sit in shared memory.
+enum class TileLayout {
+  kPadded,    // row r at r * (kRowBytes + 16): spreads ldmatrix rows over all banks, any head size
+  kSwizzled,  // row r at r * kRowBytes, its 16-byte chunk c at chunk c ^ (r & 7) (rows of a multiple
+              // of 128 bytes; no padding)
+  kBlocked,   // the warpgroup products' layout (warpgroup_mma.cuh): 64-element (128-byte) column
+              // blocks of kKeys rows each, chunk c of a block's row r at chunk c ^ (r & 7); the tile
+              // starts on a 1024-byte boundary
+};
+
 // A tile of kKeys consecutive keys of one KV head; each key's row is kRowBytes contiguous bytes
-// (head_size elements of the cache dtype), stored in shared memory either at a pitch of
-// kRowBytes + 16 (which spreads ldmatrix rows over all banks for every head size) or, kSwizzle,
-// at a pitch of kRowBytes with 16-byte chunk c of row r at chunk c ^ (r & 7) (no padding; rows of
-// a multiple of 128 bytes), which readers locate with chunk_offset.
-template <int kKeys, int kRowBytes, int kThreads, bool kSwizzle = false>
+// (head_size elements of the cache dtype), stored in shared memory in layout kLayout; readers of
+// the padded and swizzled layouts locate a chunk with kPitch and chunk_offset.
+template <int kKeys, int kRowBytes, int kThreads, TileLayout kLayout = TileLayout::kPadded>
 struct PagedTileLoader {
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kChunks = kKeys * kChunksPerRow;
   static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-  static constexpr int kPitch = kSwizzle ? kRowBytes : kRowBytes + 16;
+  static constexpr int kPitch = kLayout == TileLayout::kPadded ? kRowBytes + 16 : kRowBytes;
+  static constexpr int kTileBytes = kKeys * kPitch;  // one of K or V
   static_assert(kRowBytes % 16 == 0, "rows are moved in 16-byte chunks");
-  static_assert(!kSwizzle || kRowBytes % 128 == 0, "the swizzle permutes groups of 8 chunks");
+  static_assert(kLayout == TileLayout::kPadded || kRowBytes % 128 == 0,
+                "the swizzles permute groups of 8 chunks");
 
-  // Byte offset within its row of chunk `chunk` of a row whose index is `row` (mod 8).
+  // Byte offset within its row of chunk `chunk` of a row whose index is `row` (mod 8); padded and
+  // swizzled layouts.
   __device__ __forceinline__ static int chunk_offset(int chunk, int row) {
-    return kSwizzle ? (chunk ^ (row & 7)) * 16 : chunk * 16;
+    return kLayout == TileLayout::kSwizzled ? (chunk ^ (row & 7)) * 16 : chunk * 16;
   }
 
   // One tile's addressing, fixed per CTA. The launcher guarantees every in-block byte offset
@@ -55,7 +67,12 @@ struct PagedTileLoader {
   __device__ __forceinline__ static int stored_offset(int i) {
     const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
     const int row = chunk / kChunksPerRow;
-    return row * kPitch + chunk_offset(chunk % kChunksPerRow, row);
+    const int c = chunk % kChunksPerRow;
+    if constexpr (kLayout == TileLayout::kBlocked) {
+      return wg::swizzled_offset(row, c, kKeys);
+    } else {
+      return row * kPitch + chunk_offset(c, row);
+    }
   }
 
   // Loads the pages of the tile starting at key `first` (their first use is the next issue()).
