@@ -120,6 +120,11 @@ struct TileConfig {
   static_assert(!kWgmma || (kWarpsM == kWarps && kRowBlocks == 2 && !kFp8 && D % 64 == 0 && kStageBytes % kAlign == 0),
                 "warpgroup tiles: 128 rows as two 64-row halves of 16-bit KV in whole column blocks");
 
+  // Shared-memory byte offset of Q's 16-byte chunk `chunk` of tile row `row`.
+  __device__ __forceinline__ static int q_chunk_offset(int row, int chunk) {
+    return kWgmma ? wg::swizzled_offset(row, chunk, kRows) : (row * kPitch + chunk * 8) * 2;
+  }
+
   // The tile row of this thread's fragment row `group` (+ 8 for half 1) of row block rb, in warp m.
   __device__ __forceinline__ static int row_of(int m, int rb, int group, int half) {
     return kWgmma ? rb * 64 + m * 16 + group + half * 8 : m * kWarpRows + rb * 16 + group + half * 8;
@@ -231,19 +236,21 @@ __device__ void fill_padding(const VarlenParams& p, const VarlenWorkItem& item, 
   }
 }
 
-// Fills the tile's RowInfo and returns the CTA's key bounds: every visible key lies in
-// [bounds[0], bounds[1]], and every row sees all of [bounds[2], bounds[3]].
+// The CTA's key bounds: every visible key lies in [lo, hi], and every row sees all of
+// [all_first, all_last].
+struct KeyBounds {
+  std::int32_t lo = INT_MAX, hi = -1, all_first = -1, all_last = INT_MAX;
+};
+
+// Fills the tile's RowInfo and returns the CTA's key bounds (reduced within each warp by
+// shuffles and across warps through `warp_bounds`: one barrier). Tiles with a row per thread also
+// issue their Q copies here, each thread its own row (zeros for rows past the request), so the
+// prologue reads no RowInfo back for them.
 template <class C>
-__device__ void plan_rows(const VarlenParams& p, const VarlenWorkItem& item, int kv_head, RowInfo* rows,
-                          int* bounds) {
+__device__ KeyBounds plan_rows(const VarlenParams& p, const VarlenWorkItem& item, int kv_head, RowInfo* rows,
+                               KeyBounds* warp_bounds, unsigned char* q_tile) {
   const int group = p.num_q_heads / p.num_kv_heads;
-  if (threadIdx.x == 0) {
-    bounds[0] = INT_MAX;
-    bounds[1] = -1;
-    bounds[2] = -1;
-    bounds[3] = INT_MAX;
-  }
-  __syncthreads();
+  KeyBounds mine;
   if (threadIdx.x < C::kRows) {
     RowInfo info{-1, 0, 0, INT_MAX, -1, -1};
     const std::int32_t i = item.row_begin + static_cast<std::int32_t>(threadIdx.x);
@@ -271,16 +278,42 @@ __device__ void plan_rows(const VarlenParams& p, const VarlenWorkItem& item, int
       }
     }
     rows[threadIdx.x] = info;
+    if constexpr (C::kRows == kThreads) {
+      const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
+      const bool valid = info.token >= 0;
+      const std::uint16_t* src = valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head : q;
+#pragma unroll
+      for (int chunk = 0; chunk < C::kHeadDim / 8; ++chunk) {
+        tc::copy_16_async(q_tile + C::q_chunk_offset(static_cast<int>(threadIdx.x), chunk), valid ? src + chunk * 8 : q,
+                          valid);
+      }
+    }
     if (info.token >= 0) {
       if (info.first <= info.last) {
-        atomicMin(&bounds[0], info.first);
-        atomicMax(&bounds[1], info.last);
+        mine.lo = info.first;
+        mine.hi = info.last;
       }
-      atomicMax(&bounds[2], info.first);
-      atomicMin(&bounds[3], info.last);
+      mine.all_first = info.first;
+      mine.all_last = info.last;
     }
   }
-  __syncthreads();
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  mine.lo = __reduce_min_sync(kAll, mine.lo);
+  mine.hi = __reduce_max_sync(kAll, mine.hi);
+  mine.all_first = __reduce_max_sync(kAll, mine.all_first);
+  mine.all_last = __reduce_min_sync(kAll, mine.all_last);
+  if (threadIdx.x % 32 == 0) warp_bounds[threadIdx.x / 32] = mine;
+  __syncthreads();  // also publishes `rows`
+  KeyBounds all;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const KeyBounds b = warp_bounds[w];
+    all.lo = min(all.lo, b.lo);
+    all.hi = max(all.hi, b.hi);
+    all.all_first = max(all.all_first, b.all_first);
+    all.all_last = min(all.all_last, b.all_last);
+  }
+  return all;
 }
 
 // Warpgroup tiles: S = Q K^T of the 64-row half `half`, from the column-blocked Q and K tiles.
@@ -324,31 +357,28 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     smem += misalign == 0 ? 0 : C::kAlign - misalign;
   }
 
-  __shared__ int bounds[4];
+  __shared__ KeyBounds warp_bounds[kWarps];
   auto* q_tile = reinterpret_cast<std::uint16_t*>(smem);
   auto* rows = reinterpret_cast<RowInfo*>(smem + C::kRowInfoOffset);
   unsigned char* loop = smem + C::kLoopOffset;
-  plan_rows<C>(p, item, kv_head, rows, bounds);
-  const std::int32_t lo = bounds[0], hi = bounds[1];
-  const std::int32_t all_first = bounds[2], all_last = bounds[3];
+  const KeyBounds bounds = plan_rows<C>(p, item, kv_head, rows, warp_bounds, reinterpret_cast<unsigned char*>(q_tile));
+  const std::int32_t lo = bounds.lo, hi = bounds.hi;
+  const std::int32_t all_first = bounds.all_first, all_last = bounds.all_last;
   const int tiles = hi >= lo ? (hi - lo + C::kKeys) / C::kKeys : 0;
 
-  // Q: each packed row's head_size elements, zeros for rows past the request.
-  {
+  // Q of tiles with fewer rows than threads (plan_rows copied the others): each packed row's
+  // head_size elements, zeros for rows past the request.
+  if constexpr (C::kRows != kThreads) {
     constexpr int kChunksPerRow = D / 8;
     const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
     for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
       const int row = c / kChunksPerRow;
-      const int column = (c % kChunksPerRow) * 8;
+      const int chunk = c % kChunksPerRow;
       const RowInfo& info = rows[row];
       const bool valid = info.token >= 0 && tiles > 0;
-      const std::uint16_t* src = valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head + column : q;
-      if constexpr (C::kWgmma) {
-        tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + wg::swizzled_offset(row, column / 8, C::kRows), src,
-                          valid);
-      } else {
-        tc::copy_16_async(q_tile + row * C::kPitch + column, src, valid);
-      }
+      const std::uint16_t* src =
+          valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head + chunk * 8 : q;
+      tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + C::q_chunk_offset(row, chunk), src, valid);
     }
   }
 
