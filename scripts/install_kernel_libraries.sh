@@ -17,45 +17,11 @@ if ! nvcc_found; then
   exit 0
 fi
 
-root=.tools/kernel-libs
-mkdir -p "$root"
-python=python3
+source scripts/pinned_install.sh
 while read -r requirement; do
   [[ -z "$requirement" || "$requirement" == \#* ]] && continue
-  name="${requirement%%==*}"
-  version="${requirement##*==}"
-  target="$root/$name"
-  marker="$target/.attnkit-installed"
-  if [[ -f "$marker" && "$(cat "$marker")" == "$requirement" ]]; then
-    continue
-  fi
   # Without pip or PyPI the build goes on without this library's backend (its option defaults to
   # OFF then; configure says so), instead of failing the main job.
-  if ! "$python" -m pip --version >/dev/null 2>&1; then
-    echo "install_kernel_libraries.sh: $python has no pip (Debian: apt-get install python3-pip):" \
-         "$requirement not installed, its backend will not be built" >&2
-    continue
-  fi
-  echo "install_kernel_libraries.sh: installing $requirement from PyPI into $target" >&2
-  scratch="$(mktemp -d "$root/$name.partial.XXXXXX")"
-  trap 'rm -rf "$scratch"' EXIT
-  if ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-input \
-    --no-deps --only-binary=:all: --target "$scratch" "$requirement"; then
-    echo "install_kernel_libraries.sh: could not install $requirement from PyPI (no network?):" \
-         "its backend will not be built" >&2
-    rm -rf "$scratch"
-    trap - EXIT
-    continue
-  fi
-  # The dist-info says what was installed; refuse anything but the pinned version.
-  dist="$(find "$scratch" -maxdepth 1 -name '*.dist-info' | head -n 1)"
-  got="$(sed -n 's/^Version: //p' "$dist/METADATA" 2>/dev/null | head -n 1)"
-  if [[ "$got" != "$version" ]]; then
-    echo "install_kernel_libraries.sh: $name installed as version '${got}', want $version" >&2
-    exit 1
-  fi
-  echo "$requirement" >"$scratch/.attnkit-installed"
-  rm -rf "$target"
-  mv "$scratch" "$target"
-  trap - EXIT
+  pinned_install install_kernel_libraries.sh python3 ".tools/kernel-libs/${requirement%%==*}" "$requirement" \
+    "$requirement" || echo "install_kernel_libraries.sh: the backend of $requirement will not be built" >&2
 done <scripts/kernel_libraries.txt

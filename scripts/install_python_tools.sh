@@ -26,41 +26,11 @@ if ! "$python" -m pip --version >/dev/null 2>&1; then
 fi
 python_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
-root=.tools
-mkdir -p "$root"
+source scripts/pinned_install.sh
 folders="$(sed -e 's/#.*//' scripts/python_tools.txt | awk 'NF == 2 { print $1 }' | uniq)"
 for folder in $folders; do
   mapfile -t requirements < <(sed -e 's/#.*//' scripts/python_tools.txt | awk -v f="$folder" 'NF == 2 && $1 == f { print $2 }')
-  target="$root/$folder"
-  marker="$target/.attnkit-installed"
-  want="python $python_version: ${requirements[*]}"
-  if [[ -f "$marker" && "$(cat "$marker")" == "$want" ]]; then
-    continue
-  fi
-  echo "install_python_tools.sh: installing ${requirements[*]} from PyPI into $target" >&2
-  scratch="$(mktemp -d "$root/$folder.partial.XXXXXX")"
-  trap 'rm -rf "$scratch"' EXIT
-  if ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-input \
-    --no-deps --only-binary=:all: --target "$scratch" "${requirements[@]}"; then
-    echo "install_python_tools.sh: could not install ${requirements[*]} from PyPI (no network?):" \
-         "the Python binding (or its tests) will not be built" >&2
-    rm -rf "$scratch"
-    trap - EXIT
-    continue
-  fi
-  # Each dist-info must name its pinned version.
-  for requirement in "${requirements[@]}"; do
-    name="${requirement%%==*}"
-    version="${requirement##*==}"
-    dist="$(find "$scratch" -maxdepth 1 -iname "$(echo "$name" | tr - _)-*.dist-info" | head -n 1)"
-    got="$(sed -n 's/^Version: //p' "$dist/METADATA" 2>/dev/null | head -n 1)"
-    if [[ "$got" != "$version" ]]; then
-      echo "install_python_tools.sh: $name installed as version '${got}', want $version" >&2
-      exit 1
-    fi
-  done
-  echo "$want" >"$scratch/.attnkit-installed"
-  rm -rf "$target"
-  mv "$scratch" "$target"
-  trap - EXIT
+  # The marker records the Python too: NumPy's wheels are that Python's binaries.
+  pinned_install install_python_tools.sh "$python" ".tools/$folder" "python $python_version: ${requirements[*]}" \
+    "${requirements[@]}" || echo "install_python_tools.sh: the Python binding (or its tests) will not be built" >&2
 done
