@@ -22,16 +22,12 @@
 // ceilings) it prints "no GPU: <reason>" and exits 0.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -45,7 +41,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -61,9 +56,11 @@
 #include "attnkit/platform/platform.h"
 #include "attnkit/runner/model_runner.h"
 #include "attnkit/selection/registry.h"
+#include "bench_cuda.h"
 
 namespace {
 
+using namespace attnkit::bench;  // bench_cuda.h: errors, RAII wrappers, statistics, conditions, ceilings
 using attnkit::DType;
 using json = nlohmann::json;
 
@@ -72,103 +69,9 @@ using json = nlohmann::json;
 constexpr DType kActivation = DType::kBFloat16;  // the only activation dtype the check reads
 constexpr float kFp8Scale = 0.05f;  // k_scale = v_scale of the fp8 workload
 
-constexpr std::size_t kCopyBytes = std::size_t{1} << 31;       // 2 GiB copy-bandwidth buffer
-constexpr std::size_t kFlushBytes = std::size_t{512} << 20;    // L2 flush scratch
-constexpr int kGemmN = 8192;                                   // m = n = k
-constexpr int kCeilingWarmup = 3;
-constexpr int kCeilingIters = 15;                              // >= 10 timed repetitions
+constexpr std::size_t kFlushBytes = std::size_t{512} << 20;  // L2 flush scratch
 
-// ---- errors -------------------------------------------------------------------------------------
-
-struct CudaError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void cuda_try(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-  }
-}
-#define CUDA_TRY(expr) cuda_try((expr), #expr)
-
-void cublas_try(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw CudaError(std::string(what) + ": " + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
-  }
-}
-#define CUBLAS_TRY(expr) cublas_try((expr), #expr)
-
-// ---- small RAII wrappers ------------------------------------------------------------------------
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) CUDA_TRY(cudaMalloc(&ptr_, bytes));
-  }
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  void* get() const { return ptr_; }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-class Event {
- public:
-  Event() { CUDA_TRY(cudaEventCreate(&event_)); }
-  ~Event() {
-    if (event_) cudaEventDestroy(event_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
-  Event& operator=(Event&&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-class StreamHandle {
- public:
-  StreamHandle() { CUDA_TRY(cudaStreamCreate(&stream_)); }
-  ~StreamHandle() {
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-  cudaStream_t get() const { return stream_; }
-  attnkit::Stream attnkit_stream() const { return attnkit::Stream{stream_}; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class CublasHandle {
- public:
-  CublasHandle() { CUBLAS_TRY(cublasCreate(&handle_)); }
-  ~CublasHandle() {
-    if (handle_) cublasDestroy(handle_);
-  }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
+// ---- L2 flush -----------------------------------------------------------------------------------
 
 // The L2 flush between timed calls, two ways. dirty(): a memset of the 512 MiB scratch (the
 // method of the earlier runs): it leaves the L2 full of dirty lines, so the timed call also pays
@@ -195,238 +98,14 @@ class L2Flush {
   CublasHandle handle_;
 };
 
-float elapsed_ms(const Event& start, const Event& end) {
-  float ms = 0.0f;
-  CUDA_TRY(cudaEventElapsedTime(&ms, start.get(), end.get()));
-  return ms;
-}
-
-// ---- statistics ---------------------------------------------------------------------------------
-
-struct Stats {
-  double median = 0, min = 0, p90 = 0, max = 0;
-};
-
 constexpr int kHostStepSamples = 50;  // prepare_step calls timed per workload
 
-Stats stats_of(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.min = v.front();
-  s.max = v.back();
-  // Nearest rank: the smallest value with at least 90% of the samples at or below it.
-  const auto rank = static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(n)));
-  s.p90 = v[std::max<std::size_t>(rank, 1) - 1];
-  return s;
-}
-
-// ---- random data, generated on the host in the element encoding ---------------------------------
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// ---- random data: the seed of a workload's stream ----------------------------------------------
 
 std::uint64_t seed_of(std::string_view name, std::uint64_t salt) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return splitmix64(h ^ salt);
-}
-
-// Element i of the stream is a function of (seed, i) only, so the data do not depend on how the
-// work is split over threads or chunks.
-float uniform_at(std::uint64_t seed, std::uint64_t i, float lo, float hi) {
-  const std::uint64_t bits = splitmix64(seed ^ (i * 0xD1B54A32D192ED03ull));
-  const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-  return lo + (hi - lo) * u;
-}
-
-void encode_range(unsigned char* out, DType dtype, std::uint64_t first, std::uint64_t count, std::uint64_t seed,
-                  float lo, float hi) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      for (std::uint64_t i = 0; i < count; ++i) {
-        const std::uint16_t b = attnkit::float_to_bfloat16(uniform_at(seed, first + i, lo, hi));
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-      break;
-    case DType::kFloat16:
-      for (std::uint64_t i = 0; i < count; ++i) {
-        const std::uint16_t b = attnkit::float_to_half(uniform_at(seed, first + i, lo, hi));
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-      break;
-    case DType::kFp8E4M3:
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = attnkit::float_to_fp8_e4m3(uniform_at(seed, first + i, lo, hi));
-      break;
-    case DType::kFp8E5M2:
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = attnkit::float_to_fp8_e5m2(uniform_at(seed, first + i, lo, hi));
-      break;
-    case DType::kFloat32:
-      for (std::uint64_t i = 0; i < count; ++i) {
-        const float f = uniform_at(seed, first + i, lo, hi);
-        std::memcpy(out + 4 * i, &f, 4);
-      }
-      break;
-  }
-}
-
-// Fills `num_elements` elements of `dtype` at device address `dst` with values uniform in
-// [lo, hi], encoded on the host (several threads) and copied with cudaMemcpy, chunk by chunk.
-void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi) {
-  const std::size_t elem = attnkit::size_of(dtype);
-  constexpr std::uint64_t kChunkElements = std::uint64_t{64} << 20;
-  const std::uint64_t chunk = std::min(num_elements, kChunkElements);
-  if (chunk == 0) return;
-  std::vector<unsigned char> host(static_cast<std::size_t>(chunk) * elem);
-  const unsigned hw = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
-  for (std::uint64_t begin = 0; begin < num_elements; begin += chunk) {
-    const std::uint64_t count = std::min(chunk, num_elements - begin);
-    const unsigned threads = count < (std::uint64_t{1} << 16) ? 1u : hw;
-    const std::uint64_t per = (count + threads - 1) / threads;
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      const std::uint64_t a = std::min(count, t * per);
-      const std::uint64_t b = std::min(count, a + per);
-      if (a >= b) break;
-      pool.emplace_back(encode_range, host.data() + a * elem, dtype, begin + a, b - a, seed, lo, hi);
-    }
-    for (std::thread& th : pool) th.join();
-    CUDA_TRY(cudaMemcpy(static_cast<unsigned char*>(dst) + begin * elem, host.data(), static_cast<std::size_t>(count) * elem,
-                        cudaMemcpyHostToDevice));
-  }
-}
-
-// ---- conditions and ceilings --------------------------------------------------------------------
-
-std::string version_string(int v) {  // CUDA encodes 12080 as 12.8
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// The cuDNN this process would load (the CUDNN backend links libcudnn.so.9; the bench itself does
-// not): cudnnGetVersion through dlopen, so a build without cuDNN still reports what is installed.
-std::string cudnn_runtime_version() {
-  void* lib = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_LOCAL);
-  if (!lib) return "not found (libcudnn.so.9)";
-  using GetVersion = std::size_t (*)();
-  const auto get = reinterpret_cast<GetVersion>(dlsym(lib, "cudnnGetVersion"));
-  std::string out = "unknown (no cudnnGetVersion)";
-  if (get) {
-    const std::size_t v = get();  // 9.19.0 -> 91900
-    out = std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100) + " (" +
-          std::to_string(v) + ")";
-  }
-  dlclose(lib);
-  return out;
-}
-
-struct Conditions {
-  std::string gpu_name;
-  int cc_major = 0, cc_minor = 0;
-  int sm_count = 0;
-  std::size_t l2_bytes = 0;
-  std::size_t memory_bytes = 0;
-  std::string driver_version, runtime_version, cublas_version;
-  std::string cudnn_runtime_version = "not loaded";
-  std::string date_utc;
-  std::string commit;
-  int host_threads = 0;
-};
-
-Conditions read_conditions() {
-  Conditions c;
-  int device = 0;
-  CUDA_TRY(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  CUDA_TRY(cudaGetDeviceProperties(&prop, device));
-  c.gpu_name = prop.name;
-  c.cc_major = prop.major;
-  c.cc_minor = prop.minor;
-  c.sm_count = prop.multiProcessorCount;
-  c.l2_bytes = static_cast<std::size_t>(prop.l2CacheSize);
-  c.memory_bytes = prop.totalGlobalMem;
-  int driver = 0, runtime = 0;
-  CUDA_TRY(cudaDriverGetVersion(&driver));
-  CUDA_TRY(cudaRuntimeGetVersion(&runtime));
-  c.driver_version = version_string(driver) + " (" + std::to_string(driver) + ")";
-  c.runtime_version = version_string(runtime) + " (" + std::to_string(runtime) + ")";
-  int major = 0, minor = 0, patch = 0;
-  CUBLAS_TRY(cublasGetProperty(MAJOR_VERSION, &major));
-  CUBLAS_TRY(cublasGetProperty(MINOR_VERSION, &minor));
-  CUBLAS_TRY(cublasGetProperty(PATCH_LEVEL, &patch));
-  c.cublas_version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
-  c.cudnn_runtime_version = cudnn_runtime_version();
-  c.date_utc = utc_now();
-  const char* commit = std::getenv("ATTNKIT_COMMIT");
-  c.commit = commit && *commit ? commit : "unknown";
-  c.host_threads = static_cast<int>(std::thread::hardware_concurrency());
-  return c;
-}
-
-struct Ceilings {
-  Stats copy_ms;
-  double copy_tbps = 0;  // (read + written) / median time
-  Stats gemm_ms;
-  double gemm_tflops = 0;
-};
-
-Ceilings measure_ceilings(cudaStream_t stream) {
-  Ceilings c;
-  {
-    DeviceBuffer src(kCopyBytes), dst(kCopyBytes);
-    CUDA_TRY(cudaMemsetAsync(src.get(), 0x3c, kCopyBytes, stream));
-    CUDA_TRY(cudaMemsetAsync(dst.get(), 0, kCopyBytes, stream));
-    Event start, end;
-    std::vector<double> ms;
-    for (int i = 0; i < kCeilingWarmup + kCeilingIters; ++i) {
-      CUDA_TRY(cudaEventRecord(start.get(), stream));
-      CUDA_TRY(cudaMemcpyAsync(dst.get(), src.get(), kCopyBytes, cudaMemcpyDeviceToDevice, stream));
-      CUDA_TRY(cudaEventRecord(end.get(), stream));
-      CUDA_TRY(cudaEventSynchronize(end.get()));
-      if (i >= kCeilingWarmup) ms.push_back(elapsed_ms(start, end));
-    }
-    c.copy_ms = stats_of(ms);
-    c.copy_tbps = 2.0 * static_cast<double>(kCopyBytes) / (c.copy_ms.median * 1e-3) / 1e12;
-  }
-  {
-    const std::size_t elems = static_cast<std::size_t>(kGemmN) * kGemmN;
-    DeviceBuffer a(elems * 2), b(elems * 2), out(elems * 2);
-    fill_device_random(a.get(), elems, DType::kBFloat16, 0xA11CEull, -1.0f, 1.0f);
-    fill_device_random(b.get(), elems, DType::kBFloat16, 0xB0Bull, -1.0f, 1.0f);
-    CUDA_TRY(cudaMemset(out.get(), 0, elems * 2));
-    CublasHandle handle;
-    CUBLAS_TRY(cublasSetStream(handle.get(), stream));
-    const float alpha = 1.0f, beta = 0.0f;
-    Event start, end;
-    std::vector<double> ms;
-    for (int i = 0; i < kCeilingWarmup + kCeilingIters; ++i) {
-      CUDA_TRY(cudaEventRecord(start.get(), stream));
-      CUBLAS_TRY(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, kGemmN, kGemmN, kGemmN, &alpha, a.get(),
-                              CUDA_R_16BF, kGemmN, b.get(), CUDA_R_16BF, kGemmN, &beta, out.get(), CUDA_R_16BF, kGemmN,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      CUDA_TRY(cudaEventRecord(end.get(), stream));
-      CUDA_TRY(cudaEventSynchronize(end.get()));
-      if (i >= kCeilingWarmup) ms.push_back(elapsed_ms(start, end));
-    }
-    c.gemm_ms = stats_of(ms);
-    const double n = kGemmN;
-    c.gemm_tflops = 2.0 * n * n * n / (c.gemm_ms.median * 1e-3) / 1e12;
-  }
-  return c;
 }
 
 // ---- workloads ----------------------------------------------------------------------------------
@@ -1005,23 +684,6 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
 
 // ---- reporting ----------------------------------------------------------------------------------
 
-// The third-party kernel libraries this build contains, with their versions (the backends' caps).
-std::string kernel_libraries() {
-  std::string out;
-  for (const attnkit::BackendType& b : attnkit::registered_backends()) {
-    if (b.caps().library.empty()) continue;
-    if (!out.empty()) out += "; ";
-    out += std::string(b.name()) + ": " + std::string(b.caps().library);
-  }
-  return out.empty() ? "none" : out;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 bool valid(const Result& r) { return r.status == "OK" && r.timed; }
 
 // The rate that matters for the workload and its ceiling: KV TB/s against the copy bandwidth
@@ -1071,17 +733,7 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   std::ostringstream md;
   md << "# attnkit attention benchmark\n\n";
   md << "Conditions:\n\n```\n";
-  md << "date (UTC):        " << cond.date_utc << "\n";
-  md << "attnkit commit:    " << cond.commit << "\n";
-  md << "GPU:               " << cond.gpu_name << ", compute capability " << cond.cc_major << "." << cond.cc_minor << ", "
-     << cond.sm_count << " SMs, L2 " << cond.l2_bytes / (1024 * 1024) << " MiB (" << cond.l2_bytes << " bytes), "
-     << cond.memory_bytes / (1024 * 1024) << " MiB memory\n";
-  md << "driver (CUDA API): " << cond.driver_version << "\n";
-  md << "CUDA runtime:      " << cond.runtime_version << "\n";
-  md << "cuBLAS:            " << cond.cublas_version << "\n";
-  md << "host threads:      " << cond.host_threads << "\n";
-  md << "kernel libraries:  " << kernel_libraries() << "\n";
-  md << "cuDNN (loaded):    " << cond.cudnn_runtime_version << "\n";
+  md << conditions_markdown(cond);
   md << "workload file:     " << opt.workload_file << "\n";
   md << "graph mode:        eager (impl->forward launched directly; no CUDA graph)\n";
   md << "KV layout:         " << (opt.kv_layout ? std::string(attnkit::to_string(*opt.kv_layout)) + " (forced)" : "negotiated")
@@ -1091,12 +743,7 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
      << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
   md << "```\n\n";
   md << "Ceilings measured in this run:\n\n";
-  md << "- copy bandwidth: " << fmt("%.3f", ceil.copy_tbps) << " TB/s (cudaMemcpyAsync device-to-device of 2 GiB, "
-     << "(read + written) / median of " << kCeilingIters << "; median " << fmt("%.3f", ceil.copy_ms.median)
-     << " ms, min " << fmt("%.3f", ceil.copy_ms.min) << ", max " << fmt("%.3f", ceil.copy_ms.max) << ")\n";
-  md << "- bf16 matrix rate: " << fmt("%.1f", ceil.gemm_tflops) << " TFLOP/s (cublasGemmEx " << kGemmN << "^3, bf16 "
-     << "A/B/C, CUBLAS_COMPUTE_32F, 2mnk / median of " << kCeilingIters << "; median " << fmt("%.3f", ceil.gemm_ms.median)
-     << " ms, min " << fmt("%.3f", ceil.gemm_ms.min) << ", max " << fmt("%.3f", ceil.gemm_ms.max) << ")\n\n";
+  md << ceilings_markdown(ceil) << "\n";
   md << "Method: one attention layer per workload (bf16 activations, causal; heads, head size, KV dtype, page size, "
      << "window and shared prefix per workload in the notes, from the workload file), block tables a random "
      << "permutation of the KV blocks (a shared prefix: the same blocks in every request), random KV cache and "
@@ -1154,38 +801,10 @@ json groups_json(const Workload& w) {
   return list;
 }
 
-json kernel_library_versions() {
-  json out = json::object();
-  for (const attnkit::BackendType& b : attnkit::registered_backends()) {
-    if (!b.caps().library.empty()) out[std::string(b.name())] = std::string(b.caps().library);
-  }
-  return out;
-}
-
-json stats_json(const Stats& s) { return {{"median", s.median}, {"min", s.min}, {"p90", s.p90}, {"max", s.max}}; }
-
 json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, const std::vector<Result>& results) {
   json j;
-  j["conditions"] = {{"date_utc", cond.date_utc},
-                     {"attnkit_commit", cond.commit},
-                     {"gpu_name", cond.gpu_name},
-                     {"compute_capability", std::to_string(cond.cc_major) + "." + std::to_string(cond.cc_minor)},
-                     {"sm_count", cond.sm_count},
-                     {"l2_bytes", cond.l2_bytes},
-                     {"memory_bytes", cond.memory_bytes},
-                     {"driver_version", cond.driver_version},
-                     {"runtime_version", cond.runtime_version},
-                     {"cublas_version", cond.cublas_version},
-                     {"cudnn_runtime_version", cond.cudnn_runtime_version},
-                     {"kernel_libraries", kernel_library_versions()},
-                     {"host_threads", cond.host_threads}};
-  j["ceilings"] = {{"copy_tb_per_s", ceil.copy_tbps},
-                   {"copy_bytes", kCopyBytes},
-                   {"copy_ms", stats_json(ceil.copy_ms)},
-                   {"bf16_gemm_tflop_per_s", ceil.gemm_tflops},
-                   {"gemm_mnk", kGemmN},
-                   {"gemm_ms", stats_json(ceil.gemm_ms)},
-                   {"repetitions", kCeilingIters}};
+  j["conditions"] = conditions_json(cond);
+  j["ceilings"] = ceilings_json(ceil);
   j["schema"] = "attnkit-bench/2";
   j["system"] = opt.backend;
   j["system_kind"] = "attnkit";
