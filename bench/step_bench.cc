@@ -16,9 +16,18 @@
 //   graph     one CUDA graph of the whole step (prepare_step + every layer), captured after an eager
 //             warm-up step, then per step plan_step + cudaGraphLaunch + plan_consumed; only when
 //             the runner's graph_mode() for the step is full (else "piecewise: not captured").
+//   rates     one layer's attention against the ceilings this run measures (bench_cuda.h: copy
+//             bandwidth, cuBLAS bf16 matrix rate; once, after start-up and the --go-file, before
+//             the first shape, alone on the GPU): its KV bytes read (sum of seq_len x KV heads x
+//             head size x 2 x 2 bytes) and FLOPs (4 x head size x q heads x visible causal
+//             (query, key) pairs), the mean over the measured steps' actual context lengths (drawn
+//             per step), over the median layer's median attention time; decode shapes against the
+//             copy bandwidth, prefill against the matrix rate, the mixed shape against both.
 // Random activations and KV contents, never zeros. No L2 flush: every layer reads its own cache
-// and its own Q/K/V buffers, as in a model. --out DIR writes step_bench.json and step_bench.md.
-// Without a usable GPU it prints "no GPU: <reason>" and exits 0.
+// and its own Q/K/V buffers, as in a model. The conditions of the run (GPU, driver, libraries,
+// date, commit) are recorded with the ceilings. --out DIR writes step_bench.json and step_bench.md.
+// Without a usable GPU it prints "no GPU: <reason>" and exits 0; --cpu-check needs no GPU (and
+// measures no ceilings).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +45,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -52,22 +62,18 @@
 #include "attnkit/platform/platform.h"
 #include "attnkit/runner/model_runner.h"
 #include "attnkit/selection/registry.h"
+#include "bench_cuda.h"
 
 namespace {
 
 using namespace attnkit;
+using namespace attnkit::bench;  // bench_cuda.h: CUDA_TRY, Event, Stats, conditions, ceilings
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kQHeads = 32, kKVHeads = 8, kHeadSize = 128, kPage = 16;
 constexpr int kModelLen = 4096, kRowPages = kModelLen / kPage;
 constexpr int kMaxReqs = 256, kMaxTokens = 4096;
-
-#define CUDA_TRY(call)                                                                              \
-  do {                                                                                              \
-    const cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(err_)); \
-  } while (0)
 
 // A group of identical requests in the scheduler's order: `count` requests of `query` new tokens
 // after a context drawn per step from [context - context/16, context - 1] (0 when context is 0).
@@ -318,40 +324,15 @@ double us_since(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count();
 }
 
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.min = v.front();
-  s.max = v.back();
-  const std::size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return s;
-}
-json to_json(const Stats& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}}; }
-
+// A row of events recorded by index; us(from, to) is the time between two of them.
 class Events {
  public:
-  explicit Events(std::size_t n) : e_(n, nullptr) {
-    for (auto& e : e_) CUDA_TRY(cudaEventCreate(&e));
-  }
-  ~Events() {
-    for (auto e : e_) (void)cudaEventDestroy(e);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  void record(std::size_t i, cudaStream_t s) { CUDA_TRY(cudaEventRecord(e_[i], s)); }
-  double us(std::size_t from, std::size_t to) const {
-    float ms = 0;
-    CUDA_TRY(cudaEventElapsedTime(&ms, e_[from], e_[to]));
-    return 1000.0 * static_cast<double>(ms);
-  }
+  explicit Events(std::size_t n) : e_(n) {}
+  void record(std::size_t i, cudaStream_t s) { CUDA_TRY(cudaEventRecord(e_[i].get(), s)); }
+  double us(std::size_t from, std::size_t to) const { return 1000.0 * static_cast<double>(elapsed_ms(e_[from], e_[to])); }
 
  private:
-  std::vector<cudaEvent_t> e_;
+  std::vector<Event> e_;
 };
 
 struct GraphExec {
@@ -383,10 +364,10 @@ struct HostPhase {
   Stats order, prepare, common, builders;
   int num_builders = 0;
   json to_json() const {
-    return {{"order_requests", ::to_json(order)},
-            {"prepare_step", ::to_json(prepare)},
-            {"common_metadata", ::to_json(common)},
-            {"builders", ::to_json(builders)},
+    return {{"order_requests", stats_json(order)},
+            {"prepare_step", stats_json(prepare)},
+            {"common_metadata", stats_json(common)},
+            {"builders", stats_json(builders)},
             {"num_builders", num_builders},
             {"rest_of_prepare_step_median", prepare.median - common.median - builders.median}};
   }
@@ -430,10 +411,10 @@ HostPhase host_phase(ModelRunner& runner, std::vector<Batch>& batches, MemoryRes
     t_common.push_back(us_since(t3, t4));
     t_builders.push_back(builders);
   }
-  out.order = stats(t_order);
-  out.prepare = stats(t_prepare);
-  out.common = stats(t_common);
-  out.builders = stats(t_builders);
+  out.order = stats_of(t_order);
+  out.prepare = stats_of(t_prepare);
+  out.common = stats_of(t_common);
+  out.builders = stats_of(t_builders);
   return out;
 }
 
@@ -506,8 +487,76 @@ int cpu_check(const Options& opt) {
   return failures ? 1 : 0;
 }
 
+// ---- one layer's attention against the ceilings ------------------------------------------------
+
+// What one layer's attention does in a step (bf16 KV): the KV bytes it reads, every request's
+// seq_len keys and values once, and the FLOPs of its two products, 4 x head size x q heads per
+// (query, key) pair that causal masking leaves visible: a request of q new tokens after c context
+// tokens has sum_{i=0}^{q-1} (c + i + 1) = q c + q (q + 1) / 2 of them.
+struct LayerWork {
+  double kv_bytes = 0, flops = 0;
+};
+
+LayerWork layer_work(const Batch& b) {
+  double kv_tokens = 0, pairs = 0;
+  for (std::size_t r = 0; r < b.query_lens.size(); ++r) {
+    const double q = b.query_lens[r], c = b.computed[r];
+    kv_tokens += c + q;
+    pairs += q * c + 0.5 * q * (q + 1.0);
+  }
+  const double kv_element = static_cast<double>(size_of(DType::kBFloat16));
+  return {kv_tokens * kKVHeads * kHeadSize * 2.0 * kv_element, 4.0 * kHeadSize * kQHeads * pairs};
+}
+
+// decode (every request has one new token), prefill (none has) or mixed.
+std::string kind_of(const StepShapeDef& w) {
+  const bool decodes = std::any_of(w.parts.begin(), w.parts.end(), [](const Part& p) { return p.query == 1; });
+  const bool prefills = std::any_of(w.parts.begin(), w.parts.end(), [](const Part& p) { return p.query > 1; });
+  return prefills ? (decodes ? "mixed" : "prefill") : "decode";
+}
+
+// One layer's attention time (the median over layers of each layer's median over the steps)
+// against the work of the steps it was measured on: the mean over them of their KV bytes and
+// FLOPs, from the context lengths each step drew. Rates and fractions of the ceilings: decode KV
+// TB/s against the copy bandwidth, prefill TFLOP/s against the bf16 matrix rate, mixed both.
+json attention_rates(const StepShapeDef& w, std::span<const Batch> steps, const Stats& layer_update_us,
+                     const Stats& layer_run_us, const Ceilings& ceil) {
+  std::vector<double> bytes, flops;
+  for (const Batch& b : steps) {
+    const LayerWork work = layer_work(b);
+    bytes.push_back(work.kv_bytes);
+    flops.push_back(work.flops);
+  }
+  const auto summary = [](const std::vector<double>& v) {
+    const double mean = v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    const Stats s = stats_of(v);
+    return json{{"mean", mean}, {"min", s.min}, {"max", s.max}};
+  };
+  const json kv = summary(bytes), fl = summary(flops);
+  const std::string kind = kind_of(w);
+  const double seconds = layer_run_us.median * 1e-6;
+  const double tbps = kv["mean"].get<double>() / seconds / 1e12;
+  const double tflops = fl["mean"].get<double>() / seconds / 1e12;
+  const bool by_bytes = kind != "prefill", by_flops = kind != "decode";
+  return {{"kind", kind},
+          {"steps", steps.size()},
+          {"kv_bytes_read", kv},
+          {"flops", fl},
+          {"kv_update_us", layer_update_us.median},
+          {"attention_us", layer_run_us.median},
+          {"kv_tb_per_s", by_bytes ? json(tbps) : json(nullptr)},
+          {"fraction_of_copy_ceiling", by_bytes ? json(tbps / ceil.copy_tbps) : json(nullptr)},
+          {"tflop_per_s", by_flops ? json(tflops) : json(nullptr)},
+          {"fraction_of_bf16_gemm_ceiling", by_flops ? json(tflops / ceil.gemm_tflops) : json(nullptr)},
+          {"basis",
+           "kv_bytes_read and flops: per layer, the mean (min, max) over the " + std::to_string(steps.size()) +
+               " measured steps, each with its own context lengths drawn at random within the shape's range; "
+               "kv_update_us and attention_us: the median over layers of each layer's median over those steps; "
+               "rates = mean work / attention_us"}};
+}
+
 json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, std::vector<LayerIO>& io,
-               cudaStream_t cs, bool& failed) {
+               cudaStream_t cs, const Ceilings& ceil, bool& failed) {
   json r = {{"name", w.name}, {"description", w.description}};
   const int pool = runner.config().num_manager_blocks;
   const Stream stream{cs};
@@ -574,17 +623,20 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
       sum_update.push_back(su);
       sum_run.push_back(sr);
     }
-    json layers_update = json::array(), layers_run = json::array();
+    std::vector<double> layers_update, layers_run;  // per layer its median over the steps
     for (std::size_t l = 0; l < L; ++l) {
-      layers_update.push_back(stats(per_update[l]).median);
-      layers_run.push_back(stats(per_run[l]).median);
+      layers_update.push_back(stats_of(per_update[l]).median);
+      layers_run.push_back(stats_of(per_run[l]).median);
     }
-    const Stats s_update = stats(sum_update), s_run = stats(sum_run);
-    r["gpu_us"] = {{"kv_update_sum", to_json(s_update)},
-                   {"attention_sum", to_json(s_run)},
+    const Stats s_update = stats_of(sum_update), s_run = stats_of(sum_run);
+    r["gpu_us"] = {{"kv_update_sum", stats_json(s_update)},
+                   {"attention_sum", stats_json(s_run)},
                    {"kv_update_fused_into_attention", fused},
                    {"kv_update_per_layer_median", layers_update},
                    {"attention_per_layer_median", layers_run}};
+    // One layer's attention against the ceilings, on the work of the steps (b) measured.
+    r["attention_per_layer"] = attention_rates(w, std::span<const Batch>(batches).subspan(1), stats_of(layers_update),
+                                               stats_of(layers_run), ceil);
 
     // (c) the whole step eagerly: prepare_step + unified_attention per layer.
     Events se(2);
@@ -605,8 +657,9 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
       e_wall.push_back(us_since(t0, t2));
       e_gpu.push_back(se.us(0, 1));
     }
-    const Stats s_enqueue = stats(e_enqueue), s_wall = stats(e_wall), s_egpu = stats(e_gpu);
-    r["eager_us"] = {{"host_until_enqueued", to_json(s_enqueue)}, {"wall", to_json(s_wall)}, {"gpu_span", to_json(s_egpu)}};
+    const Stats s_enqueue = stats_of(e_enqueue), s_wall = stats_of(e_wall), s_egpu = stats_of(e_gpu);
+    r["eager_us"] = {
+        {"host_until_enqueued", stats_json(s_enqueue)}, {"wall", stats_json(s_wall)}, {"gpu_span", stats_json(s_egpu)}};
 
     // (d) one captured graph of the whole step, replayed with each step's new contents.
     json g = {{"captured", false}};
@@ -659,15 +712,15 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
         g_span.push_back(ge_ev.us(0, 2));
         g_replay.push_back(ge_ev.us(1, 2));
       }
-      const Stats s_gwall = stats(g_wall);
+      const Stats s_gwall = stats_of(g_wall);
       graph_wall = s_gwall.median;
       g = {{"captured", true},
            {"every_step_full", stayed_full},
-           {"plan_step", to_json(stats(g_plan))},
-           {"launch_and_plan_consumed", to_json(stats(g_launch))},
-           {"wall", to_json(s_gwall)},
-           {"gpu_span", to_json(stats(g_span))},
-           {"replay_gpu", to_json(stats(g_replay))}};
+           {"plan_step", stats_json(stats_of(g_plan))},
+           {"launch_and_plan_consumed", stats_json(stats_of(g_launch))},
+           {"wall", stats_json(s_gwall)},
+           {"gpu_span", stats_json(stats_of(g_span))},
+           {"replay_gpu", stats_json(stats_of(g_replay))}};
     }
     r["graph_us"] = g;
 
@@ -716,14 +769,29 @@ const char* kNotes[] = {
     "holding prepare_step's uploads and kernels and every layer; replay_gpu: events around the launch",
     "host_over_gpu = T_build / (sum_T_update + sum_T_run): below 1, the host path of the next step can hide under "
     "this step's GPU time",
+    "ceilings: measured once per run after start-up (and after --go-file, so that the other runs of "
+    "scripts/device_step_bench.sh only wait meanwhile), before the first shape, on the bench's stream: "
+    "cudaMemcpyAsync device-to-device of 2 GiB, (read + written) / median; cublasGemmEx 8192^3 bf16, 2mnk / median "
+    "(as attnkit_attention_bench measures them)",
+    "attention per layer: KV bytes read = sum over requests of seq_len x KV heads x head size x 2 (K and V) x 2 "
+    "bytes (bf16); FLOPs = 4 x head size x q heads x visible (query, key) pairs under causal masking (a request "
+    "of q new tokens after c context tokens: sum over i < q of c + i + 1); both the mean over the steps the GPU "
+    "times were measured on, whose context lengths are drawn per step at random within the shape's range; time = "
+    "the median over layers of each layer's median attention time (T_run; with a backend that fuses the KV "
+    "update, the update is inside it); decode: KV TB/s against the copy bandwidth, prefill: TFLOP/s against the "
+    "bf16 matrix rate, mixed: both; no L2 flush (each layer reads its own cache)",
 };
 
-std::string markdown(const json& doc) {
+std::string markdown(const json& doc, const Conditions& cond, const Ceilings& ceil) {
   std::ostringstream md;
   md << "# Step breakdown: " << doc["backend"].get<std::string>() << ", " << doc["layers"].get<int>() << " layers\n\n"
      << doc["gpu"].get<std::string>() << "; bf16, " << kQHeads << " q / " << kKVHeads << " kv heads, head " << kHeadSize
      << ", page " << kPage << "; medians over " << doc["steps"].get<int>() << " steps (new batch contents each step); "
      << "times in us\n\n"
+     << "Conditions:\n\n```\n"
+     << conditions_markdown(cond) << "```\n\n"
+     << "Ceilings measured in this run (after start-up, before the shapes):\n\n"
+     << ceilings_markdown(ceil) << "\n"
      << "| shape | tokens (padded) | graph mode | order_requests | prepare_step | of it: common | builders | rest | "
         "T_build | sum T_update | sum T_run | T_build + GPU | eager T_step | graph T_step | graph replay GPU | "
         "host / GPU |\n"
@@ -748,6 +816,24 @@ std::string markdown(const json& doc) {
        << (g["captured"].get<bool>() ? fmt(s["T_step_graph"]) : std::string("not captured")) << " | "
        << (g["captured"].get<bool>() ? fmt(g["replay_gpu"]["median"]) : std::string("-")) << " | "
        << fmt(s["host_over_gpu"], 3) << " |\n";
+  }
+  md << "\nOne layer's attention against the ceilings (work: per layer, the mean over the measured steps' actual "
+        "context lengths, drawn per step; times: the median layer's median, us; MB = 1e6 bytes):\n\n"
+     << "| shape | kind | T_update / layer | T_run / layer | KV read / layer (MB) | GFLOP / layer | KV TB/s | of copy | "
+        "TFLOP/s | of bf16 matrix |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  const auto percent = [](const json& v) { return v.is_null() ? std::string("-") : fmt(100.0 * v.get<double>()) + "%"; };
+  for (const json& r : doc["shapes"]) {
+    md << "| " << r["name"].get<std::string>() << " | ";
+    if (r["status"] != "ok") {
+      md << r["status"].get<std::string>() << " | - | - | - | - | - | - | - | - |\n";
+      continue;
+    }
+    const json& a = r["attention_per_layer"];
+    md << a["kind"].get<std::string>() << " | " << fmt(a["kv_update_us"]) << " | " << fmt(a["attention_us"]) << " | "
+       << fmt(1e-6 * a["kv_bytes_read"]["mean"].get<double>()) << " | " << fmt(1e-9 * a["flops"]["mean"].get<double>(), 2)
+       << " | " << fmt(a["kv_tb_per_s"], 3) << " | " << percent(a["fraction_of_copy_ceiling"]) << " | "
+       << fmt(a["tflop_per_s"]) << " | " << percent(a["fraction_of_bf16_gemm_ceiling"]) << " |\n";
   }
   md << "\n";
   for (const char* n : kNotes) md << "- " << n << "\n";
@@ -814,8 +900,16 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
     return 2;
   }
+  Conditions cond;
+  try {
+    cond = read_conditions();
+  } catch (const std::exception& e) {
+    std::cout << "no GPU: " << e.what() << "\n";
+    return 0;
+  }
   const Platform platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
   json doc;
+  Ceilings ceil;
   bool failed = false;
   try {
     cudaStream_t cs = nullptr;
@@ -823,7 +917,7 @@ int main(int argc, char** argv) {
     std::cerr << "attnkit_step_bench: " << opt.backend << ", " << opt.layers << " layers on " << gpu.device_name << "\n";
     std::vector<LayerIO> io = make_io(opt.layers, cuda_device_memory());
     doc = {{"bench", "attnkit_step_bench"},
-           {"commit", std::getenv("ATTNKIT_COMMIT") ? std::getenv("ATTNKIT_COMMIT") : "unknown"},
+           {"commit", cond.commit},
            {"gpu", gpu.device_name},
            {"compute_capability", gpu.compute_capability},
            {"backend", opt.backend},
@@ -832,6 +926,7 @@ int main(int argc, char** argv) {
            {"model",
             {{"dtype", "bfloat16"}, {"num_q_heads", kQHeads}, {"num_kv_heads", kKVHeads}, {"head_size", kHeadSize},
              {"page", kPage}, {"max_model_len", kModelLen}, {"capture_sizes", kCaptureSizes}}},
+           {"conditions", conditions_json(cond)},
            {"notes", json::array()}};
     for (const char* n : kNotes) doc["notes"].push_back(n);
     json list = json::array();
@@ -852,9 +947,16 @@ int main(int argc, char** argv) {
       std::cerr << "  runner set up (" << rc.num_manager_blocks << " KV blocks per layer) in "
                 << doc["runner_setup_s"].get<double>() << " s\n";
       doc["waited_for_go_s"] = handshake(opt, doc["runner_setup_s"].get<double>());
-      for (const StepShapeDef* w : sel) list.push_back(run_shape(*w, opt, *runner, io, cs, failed));
     } else {
       handshake(opt, 0.0);
+    }
+    // The ceilings once this run may use the GPU alone (after the go file), before the shapes.
+    ceil = measure_ceilings(cs);
+    doc["ceilings"] = ceilings_json(ceil);
+    std::cerr << "  ceilings: copy " << fmt("%.3f", ceil.copy_tbps) << " TB/s, bf16 matrix "
+              << fmt("%.1f", ceil.gemm_tflops) << " TFLOP/s\n";
+    if (runner) {
+      for (const StepShapeDef* w : sel) list.push_back(run_shape(*w, opt, *runner, io, cs, ceil, failed));
     }
     runner.reset();
     doc["shapes"] = list;
@@ -864,7 +966,7 @@ int main(int argc, char** argv) {
     std::cerr << "attnkit_step_bench: " << e.what() << "\n";
     return 1;
   }
-  const std::string md = markdown(doc);
+  const std::string md = markdown(doc, cond, ceil);
   std::cout << md;
   if (opt.out_dir) {
     try {

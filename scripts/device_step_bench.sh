@@ -3,7 +3,9 @@
 #   1. build-device/attnkit_step_bench for each backend of BACKENDS (default "VARLEN FLASHINFER
 #      CUDNN", those this build registers): STEP_LAYERS layers (default 32), every built-in step
 #      shape, STEP_STEPS measured steps per phase (default 10); the runs set up concurrently and
-#      measure one at a time (STEP_PARALLEL=0: one run after another).
+#      measure one at a time (STEP_PARALLEL=0: one run after another). Each run measures its own
+#      ceilings (copy bandwidth, bf16 matrix rate; ~4.4 GiB more GPU memory for a few seconds) once
+#      it may use the GPU alone, and reports each shape's per-layer attention as fractions of them.
 #   2. build-device/attnkit_host_bench, the cases HOST_FILTER selects (default '^host_step_cuda/':
 #      the CUDA-platform cases, registered with the GPU present: host_step_cuda/<BACKEND>/reqs:R/
 #      groups:G/short:S, device workspaces, pinned mirrors, prepare_step enqueueing on a stream; '.'
