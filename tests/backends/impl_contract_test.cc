@@ -166,6 +166,29 @@ TEST(Variants, EachBackendResolvesOneVariantAndRunsOnlyIt) {
   EXPECT_THROW(CsrPlanBackend::make_impl(p, kVarlenCpuVariant), Error);
 }
 
+// S6 for an impl built by hand: a declared variant that does not cover the layer is refused when
+// the impl is made, with the field and the variant's set, before any kernel could run it.
+TEST(Variants, MakeImplRefusesADeclaredVariantThatDoesNotCoverTheLayer) {
+  LayerParams p;
+  p.dtype = DType::kBFloat16;
+  p.kv_cache_dtype = DType::kFp8E4M3;
+  try {
+    VarlenBackend::make_impl(p, kVarlenCudaVariant);
+    FAIL() << "the 16-bit KV kernels were built for an fp8 cache";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "kv_cache_dtype");
+    EXPECT_EQ(e.value(), "fp8_e4m3");
+    EXPECT_NE(e.allowed().find("by kernel variant cuda-mma-kv16"), std::string::npos) << e.what();
+  }
+  p.kv_cache_dtype = DType::kBFloat16;
+  try {
+    VarlenBackend::make_impl(p, kVarlenCudaFp8Variant);
+    FAIL() << "the fp8 KV kernels were built for a 16-bit cache";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "kv_cache_dtype");
+  }
+}
+
 TEST(VarlenImpl, RefusesForeignMetadataWrongCachesAndMismatchedCausality) {
   testing::PagedBatch b = three_page_batch(KVLayout::kFusedHND, 23);
   auto impl = testing::impl_through_selector("VARLEN", testing::layer_params_for(b.spec),

@@ -241,7 +241,9 @@ TEST(FlashInferBackend, TheFa3VariantRefusesLayersOnlyTheFa2TemplateRuns) {
     FlashInferBackend::make_impl(p, kFlashInferFa3Variant);
     FAIL() << "a windowed layer was given the FA3 kernel, which has no window";
   } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "kernel variant");
+    EXPECT_EQ(e.field(), "features");
+    EXPECT_EQ(e.value(), "sliding_window");
+    EXPECT_NE(e.allowed().find("by kernel variant fa3-paged"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa2Variant));
   p.sliding_window.reset();

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <span>
 
+#include "attnkit/backends/backend.h"
+#include "attnkit/core/error.h"
+
 namespace attnkit {
 
 namespace {
@@ -178,21 +181,30 @@ void check_combinations(const BackendCaps& caps, const AttentionConfig& c, std::
 // Only the sets `variant` narrows, by the backend's own checks; each reason names the variant.
 // A variant's platforms are its own hardware: on a platform it does not declare it is refused even
 // where the backend runs (a CUDA kernel is never resolved for a CPU-platform configuration).
+// The sets of `variant` that a layer's own parameters meet: dtypes, head size, group size, features.
+void check_variant_layer(const VariantCaps& variant, const AttentionConfig& c, std::vector<Reason>& out) {
+  if (!variant.dtypes.empty()) check_dtype(variant.dtypes, c, out);
+  if (!variant.kv_cache_dtypes.empty()) check_kv_cache_dtype(variant.kv_cache_dtypes, c, out);
+  if (!variant.head_sizes.empty()) check_head_size(variant.head_sizes, c, out);
+  if (!variant.group_sizes.empty()) check_group_size(variant.group_sizes, c, out);
+  if (variant.features) check_features(*variant.features, c, out);
+}
+
+void name_variant(const VariantCaps& variant, std::vector<Reason>& reasons) {
+  for (Reason& r : reasons) {
+    r.kind = ReasonKind::kVariant;
+    r.supported += " by kernel variant " + std::string(variant.variant.name);
+  }
+}
+
 std::vector<Reason> variant_reasons(const BackendCaps& caps, const VariantCaps& variant, const AttentionConfig& c) {
   std::vector<Reason> out;
   const ComputeCapabilityRange& cuda_range = variant.cuda_compute_capability.value_or(caps.cuda_compute_capability);
   if (!variant.platforms.empty()) check_platform(variant.platforms, cuda_range, c, out);
   if (variant.cuda_compute_capability) check_compute_capability(*variant.cuda_compute_capability, c, out);
-  if (!variant.dtypes.empty()) check_dtype(variant.dtypes, c, out);
-  if (!variant.kv_cache_dtypes.empty()) check_kv_cache_dtype(variant.kv_cache_dtypes, c, out);
-  if (!variant.head_sizes.empty()) check_head_size(variant.head_sizes, c, out);
-  if (!variant.group_sizes.empty()) check_group_size(variant.group_sizes, c, out);
+  check_variant_layer(variant, c, out);
   if (!variant.block_sizes.empty()) check_variant_block_size(variant.block_sizes, c, out);
-  if (variant.features) check_features(*variant.features, c, out);
-  for (Reason& r : out) {
-    r.kind = ReasonKind::kVariant;
-    r.supported += " by kernel variant " + std::string(variant.variant.name);
-  }
+  name_variant(variant, out);
   return out;
 }
 
@@ -271,6 +283,17 @@ VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig
     for (Reason& r : reasons) resolution.reasons.push_back(std::move(r));
   }
   return resolution;
+}
+
+void require_variant_covers_layer(const BackendCaps& caps, KernelVariant variant, const LayerParams& params) {
+  const VariantCaps& declared = require_declared_variant(caps, variant);
+  std::vector<Reason> reasons;
+  check_variant_layer(declared, params.attention_config(), reasons);
+  name_variant(declared, reasons);
+  if (reasons.empty()) return;
+  const Reason& r = reasons.front();
+  throw Error(r.parameter, r.value, r.supported,
+              r.explanation.empty() ? "the selection resolves a variant that covers the layer (S6)" : r.explanation);
 }
 
 std::string parameter_value(const AttentionConfig& c, std::string_view parameter) {

@@ -12,6 +12,8 @@
 
 namespace attnkit {
 
+struct LayerParams;  // backends/backend.h
+
 enum class ReasonKind : std::uint8_t {
   kHardware,     // platform or compute capability
   kFeature,      // one parameter or feature on its own
@@ -55,6 +57,13 @@ VariantResolution resolve_variant(const BackendCaps& caps, const AttentionConfig
 // rejects `config` (as validate(), without the other variants) and every reason `variant` does
 // not cover it. Empty means that variant runs it.
 std::vector<Reason> validate_variant(const BackendCaps& caps, const VariantCaps& variant, const AttentionConfig& config);
+
+// An impl built for `variant` (by a backend's make_impl): throws attnkit::Error naming the first
+// parameter of `params` (dtypes, head size, group size, features) outside the variant's sets, with
+// the same texts as resolve_variant(), or when the variant is not declared. The selection never
+// resolves such a variant; this keeps a hand-built impl from running a kernel that does not cover
+// its layer.
+void require_variant_covers_layer(const BackendCaps& caps, KernelVariant variant, const LayerParams& params);
 
 // The configuration's value of a parameter by its validate() name ("kv_cache_dtype", "block_size",
 // a feature name such as "sinks" -> "on"/"off"); empty when the name is unknown.

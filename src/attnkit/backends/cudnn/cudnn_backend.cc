@@ -4,6 +4,7 @@
 
 #include "attnkit/backends/cudnn/cudnn_builder.h"
 #include "attnkit/backends/cudnn/cudnn_impl.h"
+#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -49,7 +50,7 @@ const BackendCaps& CudnnBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> CudnnBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_variant_covers_layer(caps(), variant, params);
   return std::make_unique<CudnnImpl>(params, variant);
 }
 

@@ -1,6 +1,5 @@
 #include "attnkit/backends/flashinfer/flashinfer_impl.h"
 
-#include <algorithm>
 #include <string>
 
 #include "attnkit/backends/device_layer_io.h"
@@ -8,6 +7,7 @@
 #include "attnkit/backends/flashinfer/flashinfer_metadata.h"
 #include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/core/error.h"
+#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -22,31 +22,8 @@ FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant)
                   str(params.head_size) + "/" + std::string(to_string(params.dtype)) + "/" +
                       std::string(to_string(params.kv_cache_dtype)),
                   "an instantiated combination (see attnkit backends)");
-  // The variant's own declaration (the selector resolves the same one from it).
-  const VariantCaps& declared = require_declared_variant(FlashInferBackend::caps(), variant);
-  if (declared.features) {
-    const FeatureSet needed = params.required_features();
-    ATTNKIT_REQUIRE((needed.bits() & ~declared.features->bits()) == 0, "kernel variant", std::string(variant.name),
-                    "a variant whose features cover the layer's", "fa2-paged runs sliding windows and soft-caps");
-  }
-  if (!declared.kv_cache_dtypes.empty()) {
-    ATTNKIT_REQUIRE(std::find(declared.kv_cache_dtypes.begin(), declared.kv_cache_dtypes.end(), params.kv_cache_dtype) !=
-                        declared.kv_cache_dtypes.end(),
-                    "kv_cache_dtype", std::string(to_string(params.kv_cache_dtype)), "the variant's KV dtypes",
-                    std::string(variant.name));
-  }
-  if (!declared.head_sizes.empty()) {
-    ATTNKIT_REQUIRE(std::find(declared.head_sizes.begin(), declared.head_sizes.end(), params.head_size) !=
-                        declared.head_sizes.end(),
-                    "head_size", str(params.head_size), "the variant's instantiated head sizes", std::string(variant.name));
-  }
-  if (!declared.group_sizes.empty()) {
-    const int group = params.num_q_heads / params.num_kv_heads;
-    ATTNKIT_REQUIRE(std::find(declared.group_sizes.begin(), declared.group_sizes.end(), group) !=
-                        declared.group_sizes.end(),
-                    "num_q_heads/num_kv_heads", str(group), "the variant's instantiated group sizes",
-                    std::string(variant.name));
-  }
+  // The variant's own declaration covers the layer (the selector resolves the same one from it).
+  require_variant_covers_layer(FlashInferBackend::caps(), variant, params);
   kernels::FlashInferPrefillRun& r = run_;
   r.dtype = params.dtype;
   r.kv_dtype = params.kv_cache_dtype;

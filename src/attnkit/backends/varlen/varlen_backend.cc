@@ -8,6 +8,7 @@
 #include "attnkit/backends/varlen/varlen_cuda_impl.h"
 #include "attnkit/backends/varlen/varlen_impl.h"
 #include "attnkit/backends/varlen/varlen_kernel.h"
+#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -85,7 +86,7 @@ const BackendCaps& VarlenBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> VarlenBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_variant_covers_layer(caps(), variant, params);
   if (variant == kVarlenCpuVariant) return std::make_unique<VarlenImpl>(params, variant);
   return std::make_unique<VarlenCudaImpl>(params, variant);
 }
