@@ -370,6 +370,10 @@ TEST(CudnnSdpaKey, EveryFieldChangesTheKeyAndItsHashIsStable) {
   b = a;
   b.scale = 0.2f;
   EXPECT_FALSE(a == b) << "the scale is baked into the graph";
+  b = a;
+  b.window = 64;
+  EXPECT_FALSE(a == b) << "the window is a mask of the graph";
+  EXPECT_NE(b.describe().find("window 64"), std::string::npos) << b.describe();
 }
 
 TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {

@@ -59,6 +59,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   k.kv_stride_head = kv_cache.stride_head;
   k.scale = params_.softmax_scale();
   k.causal = true;
+  k.window = params_.sliding_window.value_or(0);
   k.ragged = md.ragged;
   k.lse = !lse.empty();
   if (last_graph_ == nullptr || !(k == last_key_)) {

@@ -79,8 +79,11 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
                      .set_paged_attention_v_table(table_v)
                      .set_paged_attention_max_seq_len_kv(static_cast<int>(w * k.page_size));
   // One query row per request sees every key (it is the last position): a dense decode graph
-  // needs no causal mask, and without one cuDNN may choose among more engines.
-  if (k.causal && k.ragged) options.set_causal_mask_bottom_right(true);
+  // needs no causal mask, and without one cuDNN may choose among more engines; a window needs
+  // it (cuDNN bounds the band from the bottom-right diagonal).
+  if (k.causal && (k.ragged || k.window > 0)) options.set_causal_mask_bottom_right(true);
+  // cuDNN keeps key j for query position i where i - j < left bound: the row's window.
+  if (k.window > 0) options.set_diagonal_band_left_bound(k.window);
   auto [o, stats] = g->sdpa(q, key_cache, value_cache, options);
   o->set_output(true).set_uid(kO).set_dim({b, h, s, d}).set_stride(row_strides);
   if (k.ragged) o->set_ragged_offset(ragged_o);
@@ -122,6 +125,7 @@ std::string CudnnSdpaKey::describe() const {
      << num_kv_heads << " d " << head_size << " blocks " << num_blocks << " page " << page_size << " table width "
      << table_width << " q strides " << q_stride_token << "/" << q_stride_head << " kv strides " << kv_stride_block
      << "/" << kv_stride_token << "/" << kv_stride_head << " scale " << scale << (causal ? " causal" : "")
+     << (window > 0 ? " window " + std::to_string(window) : std::string())
      << (ragged ? " ragged" : " dense") << (lse ? " lse" : "");
   return os.str();
 }
@@ -136,6 +140,7 @@ std::size_t CudnnSdpaKeyHash::operator()(const CudnnSdpaKey& k) const {
   }
   mix(static_cast<std::int64_t>(std::hash<float>()(k.scale)));
   mix(k.causal ? 1 : 0);
+  mix(k.window);
   mix(k.ragged ? 1 : 0);
   mix(k.lse ? 1 : 0);
   return h;

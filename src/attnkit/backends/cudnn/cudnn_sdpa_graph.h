@@ -29,6 +29,8 @@ struct CudnnSdpaKey {
   std::int64_t kv_stride_block = 0, kv_stride_token = 0, kv_stride_head = 0;  // K and V, elements
   float scale = 1.0f;
   bool causal = true;  // bottom-right aligned: a request's query rows are its last positions
+  // Sliding window (with causal): each row sees this many keys, itself included; 0 = every key.
+  std::int32_t window = 0;
   // Query rows at per-request offsets (mixed steps). A decode-only step (one row per request, as
   // many requests as the graph's batch) reads them densely: cuDNN then picks its decode engines.
   bool ragged = true;
