@@ -1,13 +1,15 @@
 // The varlen paged attention kernel family: templates included by one translation unit per head
 // size (varlen_kernel_d<D>.cu), which instantiates every dtype pair for it. One launch runs every
 // work item of a step's plan: decode tiles (16 packed rows, the warps split each KV tile's keys),
-// prefill tiles (64 packed rows, a warp per 16 rows), B4 prefix tiles and padding fills.
+// prefill tiles (varlen_prefill_rows packed rows, each warp its share of them over every key), B4
+// prefix tiles and padding fills.
 //
-// Per work item, per KV head (grid.y): the packed rows' positions and visible key ranges go to
-// shared memory, Q is copied once, then KV tiles stream through a cp.async ring (multi-stage),
-// QK^T and PV run on tensor cores (mma.m16n8k16, float32 accumulation) with the online softmax
-// in registers; the epilogue merges the warps' partial states and writes the output (with the
-// sink and the LSE) or a partial for the merge kernel.
+// Per work item, per KV head (the grid's fastest index): the packed rows' positions and visible
+// key ranges go to shared memory, Q is copied once, then KV tiles stream through a cp.async ring
+// (multi-stage), QK^T and PV run on tensor cores with float32 accumulation (mma.m16n8k16, or the
+// warpgroup products for the 16-bit prefill tiles of head sizes 64 and 128) and the online softmax
+// in registers; the epilogue merges the warps' partial states where they split the keys and
+// writes the output (with the sink and the LSE) or a partial for the merge kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,7 +57,8 @@ constexpr RingShape prefill_ring(int head_size) { return head_size > 128 ? RingS
 // Prefill tiles of 16-bit KV at head sizes 64 and 128 run on the warpgroup products (wgmma, sm_90a;
 // bench/notes/varlen.md, v13): the CTA's one warpgroup computes S = Q K^T for the tile's two 64-row
 // halves from shared memory and O += P V with P in registers, 64 keys a tile in two stages (the
-// score and output accumulators of both halves, 192 floats, stay in registers).
+// halves run one after the other: both output accumulators and one half's scores, 160 floats, stay
+// in registers).
 constexpr bool wgmma_prefill(int head_size, int kv_bytes) { return kv_bytes == 2 && (head_size == 64 || head_size == 128); }
 inline constexpr RingShape kWgmmaPrefillRing = {64, 2};
 // CTAs per SM the register allocation is bounded for: two (<= 255 registers per thread) for heads
