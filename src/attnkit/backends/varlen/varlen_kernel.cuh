@@ -20,6 +20,7 @@
 
 #include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kernels/common/batch_rows.cuh"
+#include "attnkit/kernels/common/dtype_device.cuh"
 #include "attnkit/kernels/common/fragment_softmax.cuh"
 #include "attnkit/kernels/common/paged_tile.cuh"
 #include "attnkit/kernels/common/partial_merge.h"
@@ -239,6 +240,12 @@ __device__ void fill_padding(const VarlenParams& p, const VarlenWorkItem& item, 
   }
 }
 
+// Where a packed row's query is (`q` itself for a row past the request, which is never read).
+__device__ __forceinline__ const std::uint16_t* query_row(const VarlenParams& p, const RowInfo& info) {
+  const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
+  return info.token >= 0 ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head : q;
+}
+
 // The CTA's key bounds: every visible key lies in [lo, hi], and every row sees all of
 // [all_first, all_last].
 struct KeyBounds {
@@ -282,12 +289,11 @@ __device__ KeyBounds plan_rows(const VarlenParams& p, const VarlenWorkItem& item
     }
     rows[threadIdx.x] = info;
     if constexpr (C::kRows == kThreads) {
-      const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
       const bool valid = info.token >= 0;
-      const std::uint16_t* src = valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head : q;
+      const std::uint16_t* src = query_row(p, info);
 #pragma unroll
       for (int chunk = 0; chunk < C::kHeadDim / 8; ++chunk) {
-        tc::copy_16_async(q_tile + C::q_chunk_offset(static_cast<int>(threadIdx.x), chunk), valid ? src + chunk * 8 : q,
+        tc::copy_16_async(q_tile + C::q_chunk_offset(static_cast<int>(threadIdx.x), chunk), src + (valid ? chunk * 8 : 0),
                           valid);
       }
     }
@@ -373,15 +379,13 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   // head_size elements, zeros for rows past the request.
   if constexpr (C::kRows != kThreads) {
     constexpr int kChunksPerRow = D / 8;
-    const auto* q = static_cast<const std::uint16_t*>(p.rows.query);
     for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
       const int row = c / kChunksPerRow;
       const int chunk = c % kChunksPerRow;
       const RowInfo& info = rows[row];
       const bool valid = info.token >= 0 && tiles > 0;
-      const std::uint16_t* src =
-          valid ? q + info.token * p.rows.q_stride_token + info.head * p.rows.q_stride_head + chunk * 8 : q;
-      tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + C::q_chunk_offset(row, chunk), src, valid);
+      tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + C::q_chunk_offset(row, chunk),
+                        query_row(p, info) + (valid ? chunk * 8 : 0), valid);
     }
   }
 
@@ -682,9 +686,8 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
         for (int b = 0; b < kDimBlocks; ++b) {
           const float v0 = acc[rb][b][2 * half] * f.factor, v1 = acc[rb][b][2 * half + 1] * f.factor;
           if constexpr (C::kFp8) {  // the permuted dims of fp8 tiles are not adjacent
-            auto* out = static_cast<std::uint16_t*>(p.rows.output);
-            out[base + fp8_out_dim<D>(b, quad, 0)] = static_cast<std::uint16_t>(tc::pack_pair<kQ>(v0, 0.0f) & 0xFFFFu);
-            out[base + fp8_out_dim<D>(b, quad, 1)] = static_cast<std::uint16_t>(tc::pack_pair<kQ>(v1, 0.0f) & 0xFFFFu);
+            store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 0), v0);
+            store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 1), v1);
           } else {
             store2<kQ>(p.rows.output, base + b * 8 + quad * 2, v0, v1);
           }
