@@ -7,11 +7,16 @@
 // workspaces with pinned mirrors, prepare_step enqueueing its uploads and small kernels on a
 // stream. Their names carry argument names, so the CI smoke filter '/(1|256)/(1|3)/0$' never
 // selects them. The timing is the host's: prepare_step returns once the work is enqueued (it waits
-// only for the previous step's plan copies, as in an engine).
+// only for the previous step's plan copies, as in an engine). With a GPU present the run also
+// measures the card's copy bandwidth and bf16 matrix rate (bench_cuda.h) before the cases and
+// records them in the JSON context, and every case records the KV tokens its step's requests see
+// (kv_tokens): bench/host_floor.py quotes each host time against the GPU floor of that step.
 #include <benchmark/benchmark.h>
 
 #if ATTNKIT_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "bench_cuda.h"
 #endif
 
 #include <algorithm>
@@ -97,7 +102,25 @@ std::vector<LayerSpec> hybrid_model(int num_groups) {
 struct DecodeBatch {
   std::vector<std::int32_t> ids, query_lens, computed, rows, state_rows;
   std::vector<ManagerBlockTable> tables;
+  // Keys the step's queries see, summed over requests (context plus the new token).
+  double kv_tokens() const {
+    double tokens = 0;
+    for (std::size_t r = 0; r < computed.size(); ++r) tokens += computed[r] + query_lens[r];
+    return tokens;
+  }
 };
+
+// The counters of every case: allocations per steady-state step (a defect when not 0), the case's
+// arguments, and the KV tokens its step sees.
+void record_case(benchmark::State& state, const DecodeBatch& batch, std::size_t allocations) {
+  const double allocs = static_cast<double>(allocations);
+  if (allocs > 0) g_allocating_cases.fetch_add(1);
+  state.counters["allocs_per_step"] = benchmark::Counter(allocs / static_cast<double>(state.iterations()));
+  state.counters["reqs"] = static_cast<double>(state.range(0));
+  state.counters["kv_groups"] = static_cast<double>(state.range(1));
+  state.counters["short_context"] = state.range(2) != 0 ? 1 : 0;
+  state.counters["kv_tokens"] = batch.kv_tokens();
+}
 
 // Contexts of 256..2048 tokens (16..128 pages per request), or 1..32 tokens (1..2 pages): the
 // second isolates the per-request cost from the per-page cost of copying block tables.
@@ -148,12 +171,7 @@ void host_step(benchmark::State& state, const char* backend) {
     runner.prepare_step(step, Stream{});
     benchmark::DoNotOptimize(runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   }
-  const double allocs = static_cast<double>(g_allocations.load() - before);
-  if (allocs > 0) g_allocating_cases.fetch_add(1);
-  state.counters["allocs_per_step"] = benchmark::Counter(allocs / static_cast<double>(state.iterations()));
-  state.counters["reqs"] = num_reqs;
-  state.counters["kv_groups"] = num_groups;
-  state.counters["short_context"] = short_context ? 1 : 0;
+  record_case(state, batch, g_allocations.load() - before);
 }
 
 void reqs_and_groups(benchmark::internal::Benchmark* b) {
@@ -213,24 +231,30 @@ void host_step_cuda(benchmark::State& state, std::string backend, Platform platf
     runner->prepare_step(step, stream);
     benchmark::DoNotOptimize(runner->forward_context().layer(runner->layer_id_at(0)).metadata);
   }
-  const double allocs = static_cast<double>(g_allocations.load() - before);
+  const std::size_t allocations = g_allocations.load() - before;
   const cudaError_t err = cudaStreamSynchronize(cs);
   (void)cudaStreamDestroy(cs);
   if (err != cudaSuccess) {
     state.SkipWithError(cudaGetErrorString(err));
     return;
   }
-  if (allocs > 0) g_allocating_cases.fetch_add(1);
-  state.counters["allocs_per_step"] = benchmark::Counter(allocs / static_cast<double>(state.iterations()));
-  state.counters["reqs"] = num_reqs;
-  state.counters["kv_groups"] = num_groups;
-  state.counters["short_context"] = short_context ? 1 : 0;
+  record_case(state, batch, allocations);
 }
 
-// Registered only when a GPU is present: one family per CUDA backend of this build.
+// Registered only when a GPU is present: one family per CUDA backend of this build. The card's
+// ceilings are measured first, alone on the GPU, and go into the JSON context.
 void register_cuda_cases() {
   const GpuProbe gpu = probe_gpu();
   if (!gpu.available()) return;
+  try {
+    const bench::StreamHandle stream;
+    const bench::Ceilings ceilings = bench::measure_ceilings(stream.get());
+    benchmark::AddCustomContext("copy_tb_per_s", std::to_string(ceilings.copy_tbps));
+    benchmark::AddCustomContext("bf16_gemm_tflop_per_s", std::to_string(ceilings.gemm_tflops));
+    benchmark::AddCustomContext("ceilings", bench::ceilings_markdown(ceilings));
+  } catch (const bench::CudaError& e) {
+    benchmark::AddCustomContext("ceilings", std::string("not measured: ") + e.what());
+  }
   const Platform platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& caps = b.caps();

@@ -11,7 +11,8 @@
 #      groups:G/short:S, device workspaces, pinned mirrors, prepare_step enqueueing on a stream; '.'
 #      adds the CPU-platform host_step/... cases), --benchmark_min_time HOST_MIN_TIME (default
 #      0.05); a configuration a backend refuses (the recurrent-state group on CUDA) is an error row.
-# Leaves in $OUT: host_bench.json, host_bench.txt; step_<BACKEND>/step_bench.{json,md} and
+# Leaves in $OUT: host_bench.json, host_bench.txt, host_bench.md (each case against the GPU floor of
+# its step at the ceilings the host bench measured: bench/host_floor.py); step_<BACKEND>/step_bench.{json,md} and
 # stdout.txt; SUMMARY.md (every step table, then the host-bench lines). Exit 1 when a run failed.
 # The time is mostly the runners' start-up (see below), then ~10-30 s of measuring per backend
 # and the host bench; the per-run figures are printed.
@@ -69,6 +70,8 @@ if [[ -x build-device/attnkit_host_bench ]]; then
   rc=$?
   echo "== host bench: exit $rc, $((SECONDS - start)) s, $(grep -c '^host_step_cuda/' "$out/host_bench.txt") CUDA-platform lines"
   [[ $rc -ne 0 ]] && status=1 && tail -5 "$out/host_bench.txt"
+  # Each case against the GPU floor of its step, from the ceilings the host bench measured.
+  python3 bench/host_floor.py "$out/host_bench.json" --out "$out/host_bench.md" || status=1
 else
   echo "== host bench: build-device/attnkit_host_bench is missing (scripts/build_device.sh)"
   status=1
@@ -88,6 +91,8 @@ fi
     echo '```'
     grep -E '^(host_step|Benchmark|-----)' "$out/host_bench.txt"
     echo '```'
+    echo
+    [[ -f "$out/host_bench.md" ]] && sed 's/^# /## /' "$out/host_bench.md"
   fi
 } >"$out/SUMMARY.md"
 echo "== results in $out (SUMMARY.md)"
