@@ -17,6 +17,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kernels/common/batch_rows.cuh"
@@ -105,6 +106,14 @@ struct TileConfig {
   static constexpr TileLayout kLayout =
       kWgmma ? TileLayout::kBlocked : (kSwizzled ? TileLayout::kSwizzled : TileLayout::kPadded);
   using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads, kLayout>;
+  // Tiles whose warps split the keys (decode) keep a ring per warp: each warp loads its own
+  // kWarpKeys rows of every stage in its own cp.async groups and waits for them alone, so the loop
+  // has no CTA barrier and a warp issues its next tile before waiting for its current one
+  // (bench/notes/varlen.md, v15). The other tiles share every stage and load it with the whole CTA.
+  static constexpr bool kWarpRing = kWarpsN == kWarps && !Wgmma;
+  using StageLoader =
+      std::conditional_t<kWarpRing, PagedTileLoader<kWarpKeys, D * kKvBytes, 32, kLayout>, Loader>;
+  static_assert(StageLoader::kPitch == Loader::kPitch, "a warp's rows sit inside the tile's layout");
   static constexpr int kRawTileBytes = Loader::kTileBytes;  // one of K or V, cache dtype
   static constexpr int kQBytes = kRows * (kWgmma ? D : kPitch) * 2;
   static constexpr int kRowInfoOffset = kQBytes;
@@ -389,7 +398,12 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     }
   }
 
-  typename C::Loader loader;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int group_id = lane / 4, quad = lane % 4;
+  const int m_index = warp % C::kWarpsM, n_index = warp / C::kWarpsM;
+
+  typename C::StageLoader loader;
   {
     const std::int64_t kv_bytes = C::kKvBytes;
     const bool prefix = item.kind == static_cast<std::int32_t>(VarlenTileKind::kPrefix);
@@ -403,24 +417,34 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     loader.set_page_size(p.kv.page_size);
     loader.end = hi + 1;
   }
+  // A stage holds a tile's K and V; this thread's loader fills its rows from loaded_offset on (all
+  // of them, or its warp's share), starting at key loaded_first(n) of tile n.
   auto k_stage = [&](int stage) { return loop + stage * C::kStageBytes; };
-  auto v_stage = [&](int stage) { return loop + stage * C::kStageBytes + C::kRawTileBytes; };
+  auto v_stage = [&](int stage) { return k_stage(stage) + C::kRawTileBytes; };
+  const int loaded_rows = C::kWarpRing ? n_index * C::kWarpKeys : 0;
+  const int loaded_offset = loaded_rows * C::Loader::kPitch;
+  auto loaded_first = [&](int n) { return lo + n * C::kKeys + loaded_rows; };
 
   // No visible key (lo is INT_MAX then): nothing to look up, the epilogue writes the empty row.
-  if (tiles > 0) loader.lookup(lo);
+  if (tiles > 0) loader.lookup(loaded_first(0));
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < tiles) {
-      loader.issue(k_stage(s), v_stage(s));
-      loader.lookup(lo + (s + 1) * C::kKeys);
+      loader.issue(k_stage(s) + loaded_offset, v_stage(s) + loaded_offset);
+      loader.lookup(loaded_first(s + 1));
     }
     tc::commit_async();
   }
+  // Issues tile n + kStages - 1 into the stage that tile n - 1 used.
+  auto issue_ahead = [&](int n) {
+    if (n + C::kStages - 1 < tiles) {
+      const int s = (n + C::kStages - 1) % C::kStages;
+      loader.issue(k_stage(s) + loaded_offset, v_stage(s) + loaded_offset);
+      loader.lookup(loaded_first(n + C::kStages));
+    }
+    tc::commit_async();
+  };
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int group_id = lane / 4, quad = lane % 4;
-  const int m_index = warp % C::kWarpsM, n_index = warp / C::kWarpsM;
   constexpr int RB = C::kRowBlocks;
   // This thread's rows: row_of(rb, half) = the warp's block rb, fragment row group_id (+ 8).
   auto row_of = [&](int rb, int half) { return C::row_of(m_index, rb, group_id, half); };
@@ -440,9 +464,18 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
   std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
 
   for (int n = 0; n < tiles; ++n) {
-    tc::wait_async<C::kStages - 2>();
-    if constexpr (C::kWgmma) wg::proxy_fence();  // the products read what cp.async wrote
-    __syncthreads();
+    if constexpr (C::kWarpRing) {
+      __syncwarp();  // every lane of the warp is done with tile n - 1's stage
+      issue_ahead(n);
+      tc::wait_async<C::kStages - 1>();
+      __syncwarp();
+      if (n == 0) __syncthreads();  // Q (copied by every thread) arrived with tile 0's group
+    } else {
+      tc::wait_async<C::kStages - 2>();
+      if constexpr (C::kWgmma) wg::proxy_fence();  // the products read what cp.async wrote
+      __syncthreads();  // also: every warp is done with tile n - 1's stage
+      issue_ahead(n);
+    }
     if constexpr (kQInRegisters) {
       if (n == 0) {  // Q arrived with the first tile's group
 #pragma unroll
@@ -455,12 +488,6 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
         }
       }
     }
-    if (n + C::kStages - 1 < tiles) {
-      const int s = (n + C::kStages - 1) % C::kStages;
-      loader.issue(k_stage(s), v_stage(s));
-      loader.lookup(lo + (n + C::kStages) * C::kKeys);
-    }
-    tc::commit_async();
     const int stage = n % C::kStages;
     const auto* k_tile = reinterpret_cast<const std::uint16_t*>(k_stage(stage));
     const auto* v_tile = reinterpret_cast<const std::uint16_t*>(v_stage(stage));

@@ -23,7 +23,9 @@ enum class TileLayout {
 
 // A tile of kKeys consecutive keys of one KV head; each key's row is kRowBytes contiguous bytes
 // (head_size elements of the cache dtype), stored in shared memory in layout kLayout; readers of
-// the padded and swizzled layouts locate a chunk with kPitch and chunk_offset.
+// the padded and swizzled layouts locate a chunk with kPitch and chunk_offset. kThreads threads
+// load it: the whole CTA, or one warp (kThreads = 32, threads numbered by lane) loading its own
+// tile.
 template <int kKeys, int kRowBytes, int kThreads, TileLayout kLayout = TileLayout::kPadded>
 struct PagedTileLoader {
   static constexpr int kChunksPerRow = kRowBytes / 16;
@@ -55,6 +57,9 @@ struct PagedTileLoader {
   std::int32_t page[kPerThread];
   const unsigned char* in_block[kPerThread];
 
+  // This thread's number among the tile's loaders.
+  __device__ __forceinline__ static int loader_thread() { return static_cast<int>(threadIdx.x % kThreads); }
+
   // Power-of-two page sizes (the usual ones) index pages with shifts; -1 = divide.
   std::int32_t page_shift = -1;
 
@@ -65,7 +70,7 @@ struct PagedTileLoader {
 
   // Shared-memory byte offset of this thread's chunk i of a tile.
   __device__ __forceinline__ static int stored_offset(int i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int chunk = loader_thread() + i * kThreads;
     const int row = chunk / kChunksPerRow;
     const int c = chunk % kChunksPerRow;
     if constexpr (kLayout == TileLayout::kBlocked) {
@@ -95,7 +100,7 @@ struct PagedTileLoader {
   __device__ __forceinline__ void lookup_pages(std::int32_t first, const Split& split) {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int chunk = loader_thread() + i * kThreads;
       const std::int32_t key = first + chunk / kChunksPerRow;
       const bool wanted = (kChunks % kThreads == 0 || chunk < kChunks) && key < end;
       std::int32_t index, within;
@@ -111,7 +116,7 @@ struct PagedTileLoader {
   __device__ __forceinline__ void issue(unsigned char* k_tile, unsigned char* v_tile) const {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int chunk = loader_thread() + i * kThreads;
       if (kChunks % kThreads != 0 && chunk >= kChunks) break;
       const bool valid = static_cast<std::uint32_t>(page[i]) < static_cast<std::uint32_t>(num_blocks);
       const unsigned char* k =
