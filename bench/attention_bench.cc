@@ -9,7 +9,10 @@
 // activations, causal), the requested backend chosen explicitly (one that cannot run the layer is
 // REFUSED with the selector's reasons), block tables drawn as a random permutation of the KV blocks
 // (physical order unrelated to logical order; a shared prefix maps to the same blocks in every
-// request), the whole KV cache and the queries filled with random values generated on the host.
+// request), the requests' keys, values and queries random values generated on the host, keys and
+// values written into the paged cache by attnkit's KV update. Inputs and block tables are functions
+// of the workload name and logical positions (bench_inputs.h), which bench/peers.py computes the
+// same way: the Python peers run on the same numbers.
 // prepare_step runs once; then only the layer's impl->forward is timed: per iteration the L2 is
 // flushed (outside the timed region) and the forward is bracketed by two CUDA events, once with a
 // flush that leaves dirty lines (a memset) and once with one that leaves clean lines (a read; see
@@ -36,7 +39,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -51,6 +53,7 @@
 #include "attnkit/core/dtype.h"
 #include "attnkit/core/error.h"
 #include "attnkit/core/tensor.h"
+#include "attnkit/kv/kv_update.h"
 #include "attnkit/metadata/forward_context.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/platform.h"
@@ -99,14 +102,6 @@ class L2Flush {
 };
 
 constexpr int kHostStepSamples = 50;  // prepare_step calls timed per workload
-
-// ---- random data: the seed of a workload's stream ----------------------------------------------
-
-std::uint64_t seed_of(std::string_view name, std::uint64_t salt) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return splitmix64(h ^ salt);
-}
 
 // ---- workloads ----------------------------------------------------------------------------------
 
@@ -475,10 +470,7 @@ void build_step(const Workload& w, const Shape& sh, attnkit::ModelRunner& runner
   std::vector<std::int32_t> sched_lens;
   for (const BenchRequest& r : w.requests) sched_lens.push_back(r.query_len);
   const attnkit::BatchReorder& order = runner.order_requests(sched_lens);
-  std::vector<std::int32_t> perm(static_cast<std::size_t>(sh.num_blocks));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(seed_of(w.name, 2));
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<std::int32_t> perm = block_permutation(seed_of(w.name, kBlockSalt), sh.num_blocks);
   plan.ids.assign(n, 0);
   plan.lens.assign(n, 0);
   plan.computed.assign(n, 0);
@@ -503,6 +495,61 @@ void build_step(const Workload& w, const Shape& sh, attnkit::ModelRunner& runner
   plan.step.query_lens = plan.lens;
   plan.step.num_computed_tokens = plan.computed;
   plan.step.block_tables = plan.tables;
+}
+
+// Where each request's rows start in a stream packed in the workload's request order.
+template <class Rows>
+std::vector<std::int64_t> stream_starts(const Workload& w, const Rows& rows_of) {
+  std::vector<std::int64_t> starts;
+  std::int64_t next = 0;
+  for (const BenchRequest& r : w.requests) {
+    starts.push_back(next);
+    next += rows_of(r);
+  }
+  return starts;
+}
+
+// Every request's keys and values (bench_inputs.h: the key and value streams, request r's position t
+// at row starts[r] + t) written by attnkit's KV update at the block table's slots (slot = block *
+// page_size + t % page_size, whatever the kernel page). A shared prefix is written once, by the
+// first request of the workload order (the others' prefix pages are the same blocks). The rest of
+// the cache is zero. Activations are bf16 in [-1, 1]; fp8 caches store them divided by their scale.
+void write_inputs_to_cache(const Workload& w, const StepPlan& plan, const attnkit::KVCacheView& kv,
+                           const attnkit::Stream& s) {
+  CUDA_TRY(cudaMemset(kv.data, 0, static_cast<std::size_t>(kv.num_bytes())));
+  const std::vector<std::int64_t> first_key = stream_starts(w, [](const BenchRequest& r) { return r.seq_len(); });
+  const std::size_t row_elems = static_cast<std::size_t>(w.num_kv_heads) * w.head_size;
+  int longest = 0;
+  for (const BenchRequest& r : w.requests) longest = std::max(longest, r.seq_len());
+  const std::size_t stage_bytes = static_cast<std::size_t>(longest) * row_elems * attnkit::size_of(kActivation);
+  DeviceBuffer keys(stage_bytes), values(stage_bytes), slots(static_cast<std::size_t>(longest) * sizeof(std::int64_t));
+  const auto stride = static_cast<std::size_t>(plan.tables.front().row_stride);
+  const std::int32_t prefix = w.shared_prefix;
+  for (std::size_t i = 0; i < plan.ids.size(); ++i) {
+    const auto from = static_cast<std::size_t>(plan.ids[i]);
+    const int seq = w.requests[from].seq_len();
+    const int begin = from == 0 ? 0 : std::min(prefix, seq);
+    const int count = seq - begin;
+    if (count <= 0) continue;
+    std::vector<std::int64_t> slot(static_cast<std::size_t>(count));
+    for (int t = begin; t < seq; ++t) {
+      const std::int64_t block = plan.rows[i * stride + static_cast<std::size_t>(t / w.page_size)];
+      slot[static_cast<std::size_t>(t - begin)] = block * w.page_size + t % w.page_size;
+    }
+    CUDA_TRY(cudaMemcpy(slots.get(), slot.data(), slot.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
+    const std::uint64_t first = static_cast<std::uint64_t>(first_key[from] + begin) * row_elems;
+    const std::uint64_t elems = static_cast<std::uint64_t>(count) * row_elems;
+    fill_device_random(keys.get(), elems, kActivation, seed_of(w.name, kKeySalt), -1.0f, 1.0f, first);
+    fill_device_random(values.get(), elems, kActivation, seed_of(w.name, kValueSalt), -1.0f, 1.0f, first);
+    const std::vector<std::int64_t> dims = {count, w.num_kv_heads, w.head_size};
+    attnkit::kv_cache_update(
+        attnkit::TensorView::contiguous(keys.get(), kActivation, dims, attnkit::MemorySpace::kDevice),
+        attnkit::TensorView::contiguous(values.get(), kActivation, dims, attnkit::MemorySpace::kDevice),
+        attnkit::DeviceSpan<const std::int64_t>(static_cast<const std::int64_t*>(slots.get()), slot.size(),
+                                                attnkit::MemorySpace::kDevice),
+        kv, s);
+    CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle)));  // the staging buffers are reused
+  }
 }
 
 void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe& gpu, const StreamHandle& stream,
@@ -552,22 +599,31 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
   res.kv_layout = std::string(attnkit::to_string(group.geometry.layout));
   res.kernel_block_size = group.geometry.kernel_block_size;
 
-  // The whole KV cache of the layer: random values of its dtype (fp8: stored values in
-  // [-1/scale, 1/scale], so the real values are in [-1, 1] like the bf16 ones).
   const attnkit::KVCacheView& kv = runner->kv_cache(id);
   res.kv_cache_bytes = static_cast<double>(kv.num_bytes());
-  const float range = attnkit::is_fp8(w.kv_dtype) ? 1.0f / kFp8Scale : 1.0f;
-  fill_device_random(kv.data, static_cast<std::uint64_t>(kv.num_elements()), kv.dtype, seed_of(w.name, 1), -range, range);
-
   StepPlan plan;
   build_step(w, sh, *runner, plan);
   const attnkit::StepInput& step = plan.step;
+  write_inputs_to_cache(w, plan, kv, s);
 
-  // Queries [tokens, q heads, head size] bf16, uniform in [-1, 1]; outputs of the same shape.
-  const std::size_t act_elems = static_cast<std::size_t>(tokens) * w.num_q_heads * w.head_size;
+  // Queries [tokens, q heads, head size] bf16, uniform in [-1, 1], request i of the runner's order
+  // the rows of its workload-order position in the query stream; outputs of the same shape.
+  const std::size_t row_elems = static_cast<std::size_t>(w.num_q_heads) * w.head_size;
+  const std::size_t act_elems = static_cast<std::size_t>(tokens) * row_elems;
   const std::size_t act_bytes = act_elems * attnkit::size_of(kActivation);
   DeviceBuffer query_buf(act_bytes), out_buf(act_bytes);
-  fill_device_random(query_buf.get(), act_elems, kActivation, seed_of(w.name, 3), -1.0f, 1.0f);
+  {
+    const std::vector<std::int64_t> first_query = stream_starts(w, [](const BenchRequest& r) { return r.query_len; });
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < plan.ids.size(); ++i) {
+      const auto from = static_cast<std::size_t>(plan.ids[i]);
+      const std::size_t count = static_cast<std::size_t>(w.requests[from].query_len) * row_elems;
+      fill_device_random(static_cast<unsigned char*>(query_buf.get()) + row * row_elems * attnkit::size_of(kActivation),
+                         count, kActivation, seed_of(w.name, kQuerySalt), -1.0f, 1.0f,
+                         static_cast<std::uint64_t>(first_query[from]) * row_elems);
+      row += static_cast<std::size_t>(w.requests[from].query_len);
+    }
+  }
   const std::vector<std::int64_t> dims = {tokens, w.num_q_heads, w.head_size};
   const attnkit::TensorView query =
       attnkit::TensorView::contiguous(query_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);

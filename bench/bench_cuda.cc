@@ -97,19 +97,6 @@ std::string fmt(const char* f, double v) {
 
 // ---- random data --------------------------------------------------------------------------------
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-float uniform_at(std::uint64_t seed, std::uint64_t i, float lo, float hi) {
-  const std::uint64_t bits = splitmix64(seed ^ (i * 0xD1B54A32D192ED03ull));
-  const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-  return lo + (hi - lo) * u;
-}
-
 void encode_range(unsigned char* out, DType dtype, std::uint64_t first, std::uint64_t count, std::uint64_t seed,
                   float lo, float hi) {
   switch (dtype) {
@@ -140,7 +127,8 @@ void encode_range(unsigned char* out, DType dtype, std::uint64_t first, std::uin
   }
 }
 
-void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi) {
+void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi,
+                        std::uint64_t first) {
   const std::size_t elem = attnkit::size_of(dtype);
   constexpr std::uint64_t kChunkElements = std::uint64_t{64} << 20;
   const std::uint64_t chunk = std::min(num_elements, kChunkElements);
@@ -156,7 +144,7 @@ void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std:
       const std::uint64_t a = std::min(count, t * per);
       const std::uint64_t b = std::min(count, a + per);
       if (a >= b) break;
-      pool.emplace_back(encode_range, host.data() + a * elem, dtype, begin + a, b - a, seed, lo, hi);
+      pool.emplace_back(encode_range, host.data() + a * elem, dtype, first + begin + a, b - a, seed, lo, hi);
     }
     for (std::thread& th : pool) th.join();
     CUDA_TRY(cudaMemcpy(static_cast<unsigned char*>(dst) + begin * elem, host.data(), static_cast<std::size_t>(count) * elem,

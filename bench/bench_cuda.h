@@ -18,6 +18,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/platform/stream.h"
+#include "bench_inputs.h"
 
 namespace attnkit::bench {
 
@@ -121,16 +122,16 @@ std::string fmt(const char* f, double v);
 
 // ---- random data, generated on the host in the element encoding ---------------------------------
 
-std::uint64_t splitmix64(std::uint64_t x);
-// Element i of the stream is a function of (seed, i) only, so the data do not depend on how the
-// work is split over threads or chunks.
-float uniform_at(std::uint64_t seed, std::uint64_t i, float lo, float hi);
-// Elements [first, first + count) of the stream, encoded as `dtype` at `out`.
+// Elements [first, first + count) of the stream uniform_at(seed, i) (bench_inputs.h: a function of
+// (seed, i) only, so the data do not depend on how the work is split over threads or chunks),
+// encoded as `dtype` at `out`.
 void encode_range(unsigned char* out, DType dtype, std::uint64_t first, std::uint64_t count, std::uint64_t seed,
                   float lo, float hi);
-// Fills `num_elements` elements of `dtype` at device address `dst` with values uniform in
-// [lo, hi], encoded on the host (several threads) and copied with cudaMemcpy, chunk by chunk.
-void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi);
+// Fills `num_elements` elements of `dtype` at device address `dst` with elements first .. first +
+// num_elements - 1 of the stream (values uniform in [lo, hi]), encoded on the host (several
+// threads) and copied with cudaMemcpy, chunk by chunk.
+void fill_device_random(void* dst, std::uint64_t num_elements, DType dtype, std::uint64_t seed, float lo, float hi,
+                        std::uint64_t first = 0);
 
 // ---- conditions ---------------------------------------------------------------------------------
 

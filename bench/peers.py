@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The Python peers of attnkit's attention backends, timed on the workloads of bench/workloads.json.
 
-Per workload that a peer can express, the same shapes as bench/attention_bench.cc are built on the
-GPU from a fixed seed: the queries and every request's keys/values (bf16, uniform in [-1, 1]; a
-shared prefix is the same keys/values in every request). attnkit's GPU_REFERENCE backend, through
-the binding, runs the step on those inputs (context keys/values written into its paged cache
-through a block table that is a random permutation of the blocks, the step's own keys/values
-through runner.attention); each peer's output must match it within bf16 tolerance (the C++ bench's
+Per workload that a peer can express, the same shapes and the same numbers as
+bench/attention_bench.cc (bench_inputs.py, which computes bench_inputs.h's streams on the GPU): the
+queries and every request's keys/values (bf16, uniform in [-1, 1]; a shared prefix is the same
+keys/values in every request). attnkit's GPU_REFERENCE backend, through the binding, runs the step
+on those inputs (context keys/values written into its paged cache through the C++ bench's block
+table, a permutation of the blocks, the step's own keys/values through runner.attention); each peer's output must match it within bf16 tolerance (the C++ bench's
 check: |diff| <= 2e-2 + 2e-2 |ref| per element and RMS(diff) <= 0.02 RMS(ref)) before its time
 counts. Timing: warm-up calls first (FlexAttention's compilation happens there), then per call an
 L2 flush (a 512 MiB memset, outside the timed region) and a pair of CUDA events; the median of
@@ -44,13 +44,13 @@ import json
 import math
 import os
 import platform
-import random
 import sys
 import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_inputs as bi  # noqa: E402
 import workloads as wl  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
@@ -195,13 +195,6 @@ def measure_ceilings(torch):
 
 # ---- inputs and the reference ------------------------------------------------------------------
 
-def seed_of(name, salt):
-    h = 1469598103934665603  # FNV-1a, as the C++ bench names its streams (the values differ: torch's RNG)
-    for ch in name.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return (h ^ salt) & 0x7FFFFFFFFFFFFFFF
-
-
 class Inputs:
     """One workload's queries and keys/values on the GPU, packed in the scheduler's order:
     q [tokens, q heads, D]; k, v [sum of seq_len, KV heads, D]; request r's rows are
@@ -219,16 +212,22 @@ class Inputs:
         for q, s in zip(self.q_lens, self.seq_lens):
             self.cu_q.append(self.cu_q[-1] + q)
             self.cu_k.append(self.cu_k[-1] + s)
-        g = torch.Generator(device="cuda").manual_seed(seed_of(w.name, 3))
         d, hq, hk = w.head_size, w.num_q_heads, w.num_kv_heads
 
-        def rand(*shape):
-            t = torch.empty(*shape, device="cuda", dtype=torch.bfloat16)
-            return t.uniform_(-1.0, 1.0, generator=g)
+        def rand(salt, rows, heads):
+            # The stream in chunks of rows, so the int64 temporaries stay small.
+            out = torch.empty(rows, heads, d, device="cuda", dtype=torch.bfloat16)
+            flat = out.view(-1)
+            chunk = 1 << 24
+            for first in range(0, flat.numel(), chunk):
+                index = torch.arange(first, min(first + chunk, flat.numel()), device="cuda", dtype=torch.int64)
+                flat[first:first + index.numel()] = bi.uniform(index, bi.seed_of(w.name, salt), -1.0, 1.0,
+                                                               lambda a: a.to(torch.float32))
+            return out
 
-        self.q = rand(self.cu_q[-1], hq, d)
-        self.k = rand(self.cu_k[-1], hk, d)
-        self.v = rand(self.cu_k[-1], hk, d)
+        self.q = rand(bi.QUERY_SALT, self.cu_q[-1], hq)
+        self.k = rand(bi.KEY_SALT, self.cu_k[-1], hk)
+        self.v = rand(bi.VALUE_SALT, self.cu_k[-1], hk)
         p = w.shared_prefix
         for r in range(1, len(self.reqs)):
             self.k[self.cu_k[r]:self.cu_k[r] + p] = self.k[:p]
@@ -282,10 +281,10 @@ class TorchOps:
 
 
 def block_tables(w, order, num_blocks, max_pages):
-    """The step's block-table rows in the runner's order: a random permutation (fixed seed) of the
-    blocks, a shared prefix's pages the same (the permutation's first ones) in every request."""
-    perm = list(range(num_blocks))
-    random.Random(seed_of(w.name, 2)).shuffle(perm)
+    """The step's block-table rows in the runner's order, as the C++ bench builds them: a permutation
+    of the blocks (bench_inputs.block_permutation), a shared prefix's pages the same (the
+    permutation's first ones) in every request."""
+    perm = bi.block_permutation(bi.seed_of(w.name, bi.BLOCK_SALT), num_blocks)
     prefix_pages = w.shared_prefix // w.page_size
     nxt = prefix_pages
     rows = []
