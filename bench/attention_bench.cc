@@ -37,7 +37,6 @@
 #include <iostream>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -54,6 +53,7 @@
 #include "attnkit/core/error.h"
 #include "attnkit/core/tensor.h"
 #include "attnkit/kv/kv_update.h"
+#include "attnkit/kv/slot_mapping.h"
 #include "attnkit/metadata/forward_context.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/platform.h"
@@ -510,10 +510,11 @@ std::vector<std::int64_t> stream_starts(const Workload& w, const Rows& rows_of) 
 }
 
 // Every request's keys and values (bench_inputs.h: the key and value streams, request r's position t
-// at row starts[r] + t) written by attnkit's KV update at the block table's slots (slot = block *
-// page_size + t % page_size, whatever the kernel page). A shared prefix is written once, by the
-// first request of the workload order (the others' prefix pages are the same blocks). The rest of
-// the cache is zero. Activations are bf16 in [-1, 1]; fp8 caches store them divided by their scale.
+// at row starts[r] + t) written by attnkit's KV update at the slots compute_slot_mapping gives for
+// the step's block table (manager pages; a kernel page that divides them maps to the same slot). A
+// shared prefix is written once, by the first request of the workload order (the others' prefix
+// pages are the same blocks). The rest of the cache is zero. Activations are bf16 in [-1, 1]; fp8
+// caches store them divided by their scale.
 void write_inputs_to_cache(const Workload& w, const StepPlan& plan, const attnkit::KVCacheView& kv,
                            const attnkit::Stream& s) {
   CUDA_TRY(cudaMemset(kv.data, 0, static_cast<std::size_t>(kv.num_bytes())));
@@ -523,7 +524,7 @@ void write_inputs_to_cache(const Workload& w, const StepPlan& plan, const attnki
   for (const BenchRequest& r : w.requests) longest = std::max(longest, r.seq_len());
   const std::size_t stage_bytes = static_cast<std::size_t>(longest) * row_elems * attnkit::size_of(kActivation);
   DeviceBuffer keys(stage_bytes), values(stage_bytes), slots(static_cast<std::size_t>(longest) * sizeof(std::int64_t));
-  const auto stride = static_cast<std::size_t>(plan.tables.front().row_stride);
+  const std::int32_t stride = plan.tables.front().row_stride;
   const std::int32_t prefix = w.shared_prefix;
   for (std::size_t i = 0; i < plan.ids.size(); ++i) {
     const auto from = static_cast<std::size_t>(plan.ids[i]);
@@ -531,11 +532,13 @@ void write_inputs_to_cache(const Workload& w, const StepPlan& plan, const attnki
     const int begin = from == 0 ? 0 : std::min(prefix, seq);
     const int count = seq - begin;
     if (count <= 0) continue;
+    // Positions begin .. seq - 1 of row i: the last `count` tokens of a request of length seq.
     std::vector<std::int64_t> slot(static_cast<std::size_t>(count));
-    for (int t = begin; t < seq; ++t) {
-      const std::int64_t block = plan.rows[i * stride + static_cast<std::size_t>(t / w.page_size)];
-      slot[static_cast<std::size_t>(t - begin)] = block * w.page_size + t % w.page_size;
-    }
+    const std::int32_t query_start[] = {0, count};
+    const std::int32_t seq_len[] = {seq};
+    attnkit::compute_slot_mapping(query_start, seq_len,
+                                  {plan.rows.data() + i * static_cast<std::size_t>(stride), 1, stride}, w.page_size,
+                                  slot);
     CUDA_TRY(cudaMemcpy(slots.get(), slot.data(), slot.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
     const std::uint64_t first = static_cast<std::uint64_t>(first_key[from] + begin) * row_elems;
     const std::uint64_t elems = static_cast<std::uint64_t>(count) * row_elems;
@@ -549,6 +552,20 @@ void write_inputs_to_cache(const Workload& w, const StepPlan& plan, const attnki
                                                 attnkit::MemorySpace::kDevice),
         kv, s);
     CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle)));  // the staging buffers are reused
+  }
+}
+
+// The queries [tokens, q heads, head size], bf16 in [-1, 1]: request i of the runner's order takes the
+// rows of its workload-order position in the query stream (bench_inputs.h).
+void write_queries(const Workload& w, const StepPlan& plan, void* query) {
+  const std::vector<std::int64_t> first_query = stream_starts(w, [](const BenchRequest& r) { return r.query_len; });
+  const std::size_t row_elems = static_cast<std::size_t>(w.num_q_heads) * w.head_size;
+  auto* next = static_cast<unsigned char*>(query);
+  for (const std::int32_t from : plan.ids) {
+    const std::size_t count = static_cast<std::size_t>(w.requests[static_cast<std::size_t>(from)].query_len) * row_elems;
+    fill_device_random(next, count, kActivation, seed_of(w.name, kQuerySalt), -1.0f, 1.0f,
+                       static_cast<std::uint64_t>(first_query[static_cast<std::size_t>(from)]) * row_elems);
+    next += count * attnkit::size_of(kActivation);
   }
 }
 
@@ -606,24 +623,11 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
   const attnkit::StepInput& step = plan.step;
   write_inputs_to_cache(w, plan, kv, s);
 
-  // Queries [tokens, q heads, head size] bf16, uniform in [-1, 1], request i of the runner's order
-  // the rows of its workload-order position in the query stream; outputs of the same shape.
-  const std::size_t row_elems = static_cast<std::size_t>(w.num_q_heads) * w.head_size;
-  const std::size_t act_elems = static_cast<std::size_t>(tokens) * row_elems;
+  // Queries [tokens, q heads, head size] and outputs of the same shape.
+  const std::size_t act_elems = static_cast<std::size_t>(tokens) * w.num_q_heads * w.head_size;
   const std::size_t act_bytes = act_elems * attnkit::size_of(kActivation);
   DeviceBuffer query_buf(act_bytes), out_buf(act_bytes);
-  {
-    const std::vector<std::int64_t> first_query = stream_starts(w, [](const BenchRequest& r) { return r.query_len; });
-    std::size_t row = 0;
-    for (std::size_t i = 0; i < plan.ids.size(); ++i) {
-      const auto from = static_cast<std::size_t>(plan.ids[i]);
-      const std::size_t count = static_cast<std::size_t>(w.requests[from].query_len) * row_elems;
-      fill_device_random(static_cast<unsigned char*>(query_buf.get()) + row * row_elems * attnkit::size_of(kActivation),
-                         count, kActivation, seed_of(w.name, kQuerySalt), -1.0f, 1.0f,
-                         static_cast<std::uint64_t>(first_query[from]) * row_elems);
-      row += static_cast<std::size_t>(w.requests[from].query_len);
-    }
-  }
+  write_queries(w, plan, query_buf.get());
   const std::vector<std::int64_t> dims = {tokens, w.num_q_heads, w.head_size};
   const attnkit::TensorView query =
       attnkit::TensorView::contiguous(query_buf.get(), kActivation, dims, attnkit::MemorySpace::kDevice);

@@ -6,8 +6,8 @@ bench/attention_bench.cc (bench_inputs.py, which computes bench_inputs.h's strea
 queries and every request's keys/values (bf16, uniform in [-1, 1]; a shared prefix is the same
 keys/values in every request). attnkit's GPU_REFERENCE backend, through the binding, runs the step
 on those inputs (context keys/values written into its paged cache through the C++ bench's block
-table, a permutation of the blocks, the step's own keys/values through runner.attention); each peer's output must match it within bf16 tolerance (the C++ bench's
-check: |diff| <= 2e-2 + 2e-2 |ref| per element and RMS(diff) <= 0.02 RMS(ref)) before its time
+table, a permutation of the blocks, the step's own keys/values through runner.attention); each
+peer's output must match it within bf16 tolerance (the C++ bench's check: |diff| <= 2e-2 + 2e-2 |ref| per element and RMS(diff) <= 0.02 RMS(ref)) before its time
 counts. Timing: warm-up calls first (FlexAttention's compilation happens there), then per call an
 L2 flush (a 512 MiB memset, outside the timed region) and a pair of CUDA events; the median of
 --iters calls; then the same with a flush that reads the 512 MiB instead (clean_flush_us: no dirty

@@ -109,9 +109,9 @@ struct TileConfig {
   // Tiles whose warps split the keys (decode) keep a ring per warp: each warp loads its own
   // kWarpKeys rows of every stage in its own cp.async groups and waits for them alone, so the loop
   // has no CTA barrier and a warp issues its next tile before waiting for its current one
-  // (bench/notes/varlen.md, v15: +1% at head sizes 128 and 256, -3% at 64, whose warp stages are
-  // half the bytes). Smaller heads and the other tiles share every stage and load it with the
-  // whole CTA.
+  // (bench/notes/varlen.md, v15: +1% at head sizes 128 and 256; at 64, whose warp stages are half
+  // the bytes, -3% on one machine and no change on another). Smaller heads and the other tiles
+  // share every stage and load it with the whole CTA.
   static constexpr bool kWarpRing = kWarpsN == kWarps && !Wgmma && D >= 128;
   using StageLoader =
       std::conditional_t<kWarpRing, PagedTileLoader<kWarpKeys, D * kKvBytes, 32, kLayout>, Loader>;
