@@ -14,7 +14,7 @@ PATH="$(./scripts/cmake_path.sh):$PATH"
 python_include="${ATTNKIT_PYTHON_INCLUDE:-}"
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_BUILD_BENCH=ON \
   -DATTNKIT_PYTHON_INCLUDE="$python_include" -DATTNKIT_PYTHON_EXT_SUFFIX="${ATTNKIT_PYTHON_EXT_SUFFIX:-}" >/dev/null
-targets=(attnkit_cli engine_loop attnkit_attention_bench test_platform test_kv test_backends test_runner test_conformance test_cli)
+targets=(attnkit_cli engine_loop attnkit_attention_bench test_platform test_kv test_backends test_runner test_conformance test_cli test_parallel)
 python_targets=()
 if [[ -n "$python_include" ]]; then
   python_targets=(attnkit_python)

@@ -53,6 +53,7 @@ run varlen "$bin/test_backends" --gtest_filter='VarlenCuda*:VarlenPlan*'
 run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
 run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*:*FLASHINFER*:*CUDNN*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
+run context_parallel "$bin/test_parallel"
 run demo "$bin/attnkit" demo
 run engine_loop "$bin/engine_loop"
 run backends "$bin/attnkit" backends

@@ -313,6 +313,44 @@ TEST(CliReplay, RoundTripOfEveryCpuAttentionBackendMatchesDenseAttention) {
   }
 }
 
+// D1 through the tool: the record's KV dealt to context-parallel ranks (threads), each rank's
+// partial merged by LSE; the output is the unsplit one, and a page the ranks cannot share evenly
+// is refused naming the field.
+TEST(CliReplay, ContextParallelRanksReproduceDenseAttention) {
+  std::mt19937 rng(23);
+  RandomBatchOptions o;
+  o.dtype = DType::kFloat32;
+  o.kv_dtype = DType::kFloat32;
+  o.page_size = 32;
+  o.num_q_heads = 4;
+  o.num_kv_heads = 2;
+  o.min_reqs = 3;
+  o.max_reqs = 4;
+  o.max_seq_len = 90;
+  o.sinks = true;
+  o.alibi = true;
+  const BatchRecord record = random_batch(rng, o);
+  const CliScratch dir("record_cp");
+  save_batch_record(dir.path(), record);
+  const CliRun run = run_cli({"replay", dir.path(), "--backend", "REFERENCE", "--platform", "cpu", "--lse",
+                              "--context-parallel", "2", "--cp-interleave", "4"});
+  ASSERT_EQ(run.exit_code, 0) << run.both();
+  EXPECT_TRUE(has(run.out, "2 context-parallel ranks (interleave 4)")) << run.out;
+  const DenseResult ref = dense_attention(dense_problem_of(record));
+  const HostTensor out = to_host_tensor(read_npy(dir.sub("out.npy")), DType::kFloat32, "out.npy");
+  const HostTensor lse = to_host_tensor(read_npy(dir.sub("lse.npy")), DType::kFloat32, "lse.npy");
+  for (std::int64_t i = 0; i < out.view().numel(); ++i) {
+    ASSERT_NEAR(out.view().flat(i), ref.out[static_cast<std::size_t>(i)], 1e-4) << "out element " << i;
+  }
+  for (std::int64_t i = 0; i < lse.view().numel(); ++i) {
+    ASSERT_NEAR(lse.view().flat(i), ref.lse[static_cast<std::size_t>(i)], 1e-4) << "lse element " << i;
+  }
+  const CliRun uneven = run_cli({"replay", dir.path(), "--backend", "REFERENCE", "--platform", "cpu",
+                                 "--context-parallel", "3"});
+  EXPECT_NE(uneven.exit_code, 0);
+  EXPECT_TRUE(has(uneven.both(), "context_parallel.interleave")) << uneven.both();
+}
+
 TEST(CliReplay, OutIntoADirectoryThatDoesNotExistCreatesItWithItsParents) {
   std::mt19937 rng(13);
   const CliScratch dir("record");

@@ -57,6 +57,7 @@ FeatureSet features_of(const ConformanceCase& c) {
   if (c.batch.alibi) f.add(Feature::kAlibi);
   if (c.want_lse) f.add(Feature::kReturnLse);
   if (c.cascade) f.add(Feature::kCascade);
+  if (c.context_parallel > 1) f.add(Feature::kContextParallel).add(Feature::kReturnLse);
   return f;
 }
 
@@ -91,6 +92,16 @@ ConformanceCase draw_case(std::mt19937& rng, const BackendCaps& caps, const std:
   if (declared.has(Feature::kAlibi) && coin(rng, 0.3)) b.alibi = true;
   if (declared.has(Feature::kReturnLse) && coin(rng, 0.4)) c.want_lse = true;
   if (declared.has(Feature::kCascade) && coin(rng, 0.2)) c.cascade = true;
+  if (declared.has(Feature::kContextParallel) && !c.cascade && coin(rng, 0.2)) {
+    // Each rank stores a kernel page of every manager block; turns of 1, 2 or a whole page.
+    c.context_parallel = pick<int>(rng, {2, 3, 4});
+    b.page_size = c.context_parallel * c.kernel_block_size;
+    std::vector<int> turns;
+    for (int t : {1, 2, c.kernel_block_size}) {
+      if (c.kernel_block_size % t == 0 && !contains(turns, t)) turns.push_back(t);
+    }
+    c.cp_interleave = pick(rng, turns);
+  }
   if (coin(rng, 0.2)) b.scale = uniform_float(rng, 0.05f, 0.3f);
   b.q_magnitude = coin(rng, 0.5) ? 1.0f : 2.5f;
   return c;
@@ -99,6 +110,11 @@ ConformanceCase draw_case(std::mt19937& rng, const BackendCaps& caps, const std:
 // Fields that follow from the axes: causality, fp8 scales, lengths, the shared prefix.
 void finalize(std::mt19937& rng, ConformanceCase& c) {
   RandomBatchOptions& b = c.batch;
+  // A pin that set the page or cascade after the draw leaves no room for context parallelism.
+  if (c.context_parallel > 1 && (c.cascade || b.page_size != c.context_parallel * c.kernel_block_size)) {
+    c.context_parallel = 1;
+    c.cp_interleave = 1;
+  }
   b.causal = c.attn_type == AttentionType::kDecoder;
   if (is_fp8(b.kv_dtype)) {
     // Real values are N(0, 1): stored values stay inside e4m3's +-448 for every scale here.
@@ -155,6 +171,7 @@ void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov
   if (c.batch.alibi) cov.features.insert(Feature::kAlibi);
   if (c.want_lse) cov.features.insert(Feature::kReturnLse);
   if (c.cascade && cascade_taken) cov.features.insert(Feature::kCascade);
+  if (c.context_parallel > 1) cov.features.insert(Feature::kContextParallel);
 }
 
 // Runs `record` as case `c`; returns "" or why it failed.
@@ -168,6 +185,8 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   options.kv_layout = c.layout;
   options.kernel_block_size = c.kernel_block_size;
   options.attn_type = c.attn_type;
+  options.context_parallel_size = c.context_parallel;
+  options.context_parallel_interleave = c.cp_interleave;
   ReplayResult result;
   try {
     result = replay_batch(record, options);
@@ -227,7 +246,8 @@ AttentionConfig ConformanceCase::config() const {
   c.head_size = batch.head_size;
   c.num_q_heads = batch.num_q_heads;
   c.num_kv_heads = batch.num_kv_heads;
-  c.block_size = batch.page_size;  // the runner validates the manager page size
+  // The runner validates the manager page size, or with context parallelism a rank's share of it.
+  c.block_size = batch.page_size / context_parallel;
   c.kv_layout = layout;
   c.attn_type = attn_type;
   c.kv_spec_kind = batch.sliding_window ? KVSpecKind::kSlidingWindow : KVSpecKind::kFullAttention;
@@ -245,6 +265,7 @@ std::string ConformanceCase::describe() const {
      << batch.soft_cap.value_or(0) << " scale " << batch.scale.value_or(0) << " sinks " << batch.sinks << " alibi "
      << batch.alibi << " lse " << want_lse << " cascade " << cascade << " (prefix pages "
      << batch.shared_prefix_pages << ")";
+  if (context_parallel > 1) os << " context parallel " << context_parallel << " (interleave " << cp_interleave << ")";
   if (!pinned_variant.empty()) os << " variant " << pinned_variant << " pinned";
   return os.str();
 }
@@ -348,6 +369,14 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
   if (f.has(Feature::kAlibi)) pins.push_back({"alibi", [](auto& c) { c.batch.alibi = true; }});
   if (f.has(Feature::kReturnLse)) pins.push_back({"return_lse", [](auto& c) { c.want_lse = true; }});
   if (f.has(Feature::kCascade)) pins.push_back({"cascade", [](auto& c) { c.cascade = true; }});
+  if (f.has(Feature::kContextParallel)) {
+    pins.push_back({"context_parallel", [](auto& c) {
+                      c.cascade = false;
+                      c.context_parallel = 2;
+                      c.cp_interleave = 1;
+                      c.batch.page_size = 2 * c.kernel_block_size;
+                    }});
+  }
 
   // Every kernel variant declared here, pinned (BACKEND:variant): a case within the sets it
   // narrows, with the features it lacks off, so a variant an earlier one shadows in resolution
@@ -371,6 +400,7 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
                         if (!v.features->has(Feature::kAlibi)) c.batch.alibi = false;
                         if (!v.features->has(Feature::kReturnLse)) c.want_lse = false;
                         if (!v.features->has(Feature::kCascade)) c.cascade = false;
+                        if (!v.features->has(Feature::kContextParallel)) c.context_parallel = 1;
                       }
                     }});
   }

@@ -24,6 +24,10 @@ struct ConformanceCase {
   int kernel_block_size = 16;  // == batch.page_size, or a divisor of it forced through replay (K5)
   bool want_lse = false;
   bool cascade = false;  // CascadePolicy::kAlways over shared prefix pages
+  // D1: replayed as this many ranks (threads), positions dealt in turns of `cp_interleave`; the
+  // manager page is then context_parallel kernel pages (each rank stores one per block).
+  int context_parallel = 1;
+  int cp_interleave = 1;
   // Run as "BACKEND:variant" (the selector pins that kernel variant); empty: the one resolved.
   std::string pinned_variant;
 

@@ -54,11 +54,10 @@ TEST(ReferenceCaps, DeclareExactlyWhatTheImplRuns) {
                                                               AttentionType::kEncoderOnly}));
   EXPECT_EQ(caps.kv_spec_kinds, (std::vector<KVSpecKind>{KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow}));
   for (Feature f : {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks, Feature::kAlibi, Feature::kCascade,
-                    Feature::kReturnLse}) {
+                    Feature::kContextParallel, Feature::kReturnLse}) {
     EXPECT_TRUE(caps.features.has(f));
   }
   EXPECT_FALSE(caps.features.has(Feature::kMultimodalPrefix));
-  EXPECT_FALSE(caps.features.has(Feature::kContextParallel));
   EXPECT_FALSE(caps.needs_exact_cpu_lengths);
   EXPECT_FALSE(caps.forward_includes_kv_update);
   EXPECT_EQ(caps.cudagraph_support, CudaGraphSupport::kNever);

@@ -323,7 +323,7 @@ int RunnerDriver::expect_layer_matches(LayerId layer_id) const {
   const HostTensorView& out = outputs_[id].view();
   const auto& want = expected_[id];
   const double rel = relative_tolerance(layer.params.dtype);
-  const double abs_tol = 2e-5;
+  const double abs_tol = 2e-5 + extra_absolute_tolerance_;
   int bad = 0;
   if (static_cast<std::size_t>(out.numel()) != want.size()) {
     ADD_FAILURE() << layer.name << ": " << out.numel() << " outputs, expected " << want.size();

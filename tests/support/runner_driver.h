@@ -54,6 +54,9 @@ class RunnerDriver {
 
   // Output of a layer (scheduler order) vs the independent expectation. Returns mismatches.
   int expect_layer_matches(LayerId id) const;
+  // Error a run adds on top of one rounding of the result, as an absolute bound (e.g. context
+  // parallelism: each rank's partial is rounded to the activation dtype before the merge).
+  void set_extra_absolute_tolerance(double tolerance) { extra_absolute_tolerance_ = tolerance; }
   void expect_all_layers_match() const;
 
   // The record.
@@ -92,6 +95,7 @@ class RunnerDriver {
   StepInput step_;
   std::vector<HostTensor> outputs_;
   std::vector<std::vector<double>> expected_;
+  double extra_absolute_tolerance_ = 0.0;
 };
 
 }  // namespace attnkit::testing

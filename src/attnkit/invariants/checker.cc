@@ -110,15 +110,22 @@ class Checker {
     }
   }
 
+  // The kernel pages holding request r's keys on this rank: all of [0, seq_len), or with context
+  // parallelism (D1) the rank's local_count(seq_len) keys.
+  std::int32_t pages_of(const GroupSnapshot& g, std::int32_t r) const {
+    const std::int32_t b = g.geometry->kernel_block_size;
+    const auto keys = static_cast<std::int32_t>(g.common.context_parallel.local_count(s_.seq_lens[static_cast<std::size_t>(r)]));
+    return (keys + b - 1) / b;
+  }
+
   // Pages of request r that hold its tokens [0, seq_len): (kernel block, first position).
   void block_ids_valid(std::size_t gi) {
     const GroupSnapshot& g = s_.groups[gi];
-    const std::int32_t b = g.geometry->kernel_block_size;
     const int k = g.geometry->blocks_per_manager_block();
     std::map<std::int32_t, std::pair<std::int32_t, std::int32_t>> owner;  // block -> (request, index)
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
       const auto row = g.block_row(r);
-      const std::int32_t pages = (s_.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
+      const std::int32_t pages = pages_of(g, r);
       if (pages > static_cast<std::int32_t>(row.size())) {
         fail(5, "group " + std::to_string(gi) + " request " + std::to_string(r) + ": " + std::to_string(pages) +
                     " pages needed, block table row holds " + std::to_string(row.size()));
@@ -150,8 +157,9 @@ class Checker {
     const GroupSnapshot& g = s_.groups[gi];
     const std::int32_t b = g.geometry->kernel_block_size;
     std::map<std::int32_t, std::int32_t> readers;  // block -> number of requests with it in their pages
+    const kernels::ContextParallel& cp = g.common.context_parallel;
     for (std::int32_t r = 0; r < num_reqs(); ++r) {
-      const std::int32_t pages = (s_.seq_lens[static_cast<std::size_t>(r)] + b - 1) / b;
+      const std::int32_t pages = pages_of(g, r);
       const auto row = g.block_row(r);
       for (std::int32_t p = 0; p < pages && p < static_cast<std::int32_t>(row.size()); ++p) ++readers[row[static_cast<std::size_t>(p)]];
     }
@@ -160,8 +168,17 @@ class Checker {
       const auto row = g.block_row(r);
       for (std::int32_t t = qsl[static_cast<std::size_t>(r)]; t < qsl[static_cast<std::size_t>(r) + 1]; ++t) {
         const std::int64_t slot = g.slot_mapping[static_cast<std::size_t>(t)];
+        const std::int32_t global = s_.num_computed_tokens[static_cast<std::size_t>(r)] + (t - qsl[static_cast<std::size_t>(r)]);
+        if (cp.owner(global) != cp.rank) {  // D1: another rank stores this token
+          if (slot != kPaddingSlot) {
+            fail(6, "group " + std::to_string(gi) + " token " + std::to_string(t) + " (request " + std::to_string(r) +
+                        ", position " + std::to_string(global) + "): slot " + std::to_string(slot) + " on rank " +
+                        std::to_string(cp.rank) + ", but rank " + std::to_string(cp.owner(global)) + " stores it");
+          }
+          continue;
+        }
         if (slot == kPaddingSlot) continue;
-        const std::int32_t pos = s_.num_computed_tokens[static_cast<std::size_t>(r)] + (t - qsl[static_cast<std::size_t>(r)]);
+        const auto pos = static_cast<std::int32_t>(cp.local_count(global));  // the local key
         const auto page = static_cast<std::size_t>(pos / b);
         const bool owned = page < row.size() && slot == static_cast<std::int64_t>(row[page]) * b + pos % b;
         if (!owned) {

@@ -18,9 +18,12 @@ void check_geometry(const KVGroupGeometry& g) {
   ATTNKIT_REQUIRE(spec.head_size > 0, "head_size", std::to_string(spec.head_size), "> 0");
   if (!spec.is_attention()) return;
   ATTNKIT_REQUIRE(spec.block_size > 0, "block_size", std::to_string(spec.block_size), "> 0");
-  ATTNKIT_REQUIRE(g.kernel_block_size > 0 && spec.block_size % g.kernel_block_size == 0, "kernel_block_size",
+  ATTNKIT_REQUIRE(g.context_parallel_size >= 1 && spec.block_size % g.context_parallel_size == 0,
+                  "context_parallel.size", std::to_string(g.context_parallel_size),
+                  "a divisor of the manager block size " + std::to_string(spec.block_size));
+  ATTNKIT_REQUIRE(g.kernel_block_size > 0 && g.local_block_size() % g.kernel_block_size == 0, "kernel_block_size",
           std::to_string(g.kernel_block_size),
-          "a divisor of the manager block size " + std::to_string(spec.block_size));
+          "a divisor of the tokens a rank stores per manager block " + std::to_string(g.local_block_size()));
   // A spec that forces a layout or page size must get it: a producer and a consumer must never
   // disagree about the tensor they share (K4).
   if (spec.forced_layout) {

@@ -19,7 +19,12 @@ struct KVGroupGeometry {
   KVLayout layout = KVLayout::kFusedHND;  // negotiated
   int kernel_block_size = 16;             // common kernel block size
   std::int32_t num_manager_blocks = 0;
-  int blocks_per_manager_block() const { return spec.block_size / kernel_block_size; }
+  // D1: ranks sharing every request's KV. A manager block covers spec.block_size positions of a
+  // request; each rank stores its 1 / context_parallel_size of them in the same block ID, so a
+  // rank's block holds local_block_size() tokens and its pages split that.
+  std::int32_t context_parallel_size = 1;
+  int local_block_size() const { return spec.block_size / context_parallel_size; }
+  int blocks_per_manager_block() const { return local_block_size() / kernel_block_size; }
   std::int64_t num_kernel_blocks() const {
     return static_cast<std::int64_t>(num_manager_blocks) * blocks_per_manager_block();
   }

@@ -9,7 +9,8 @@ namespace attnkit {
 // Hot path (once per KV group per step). The checks below are only those that keep every read
 // in bounds; the strings are built on the error path alone, so a valid step allocates nothing.
 void compute_slot_mapping(std::span<const std::int32_t> query_start_loc, std::span<const std::int32_t> seq_lens,
-                          const BlockTableView& block_table, std::int32_t block_size, std::span<std::int64_t> out) {
+                          const BlockTableView& block_table, std::int32_t block_size, std::span<std::int64_t> out,
+                          const kernels::ContextParallel& cp) {
   const auto num_reqs = static_cast<std::int32_t>(seq_lens.size());
   if (block_size <= 0) throw Error("block_size", std::to_string(block_size), "> 0");
   if (query_start_loc.size() != seq_lens.size() + 1) {
@@ -34,7 +35,12 @@ void compute_slot_mapping(std::span<const std::int32_t> query_start_loc, std::sp
                   "0 .. seq_len " + std::to_string(seq_len));
     }
     const std::span<const std::int32_t> row = block_table.row(r);
-    for (std::int32_t pos = seq_len - query_len; pos < seq_len; ++pos) {
+    for (std::int32_t global = seq_len - query_len; global < seq_len; ++global) {
+      if (cp.owner(global) != cp.rank) {
+        out[static_cast<std::size_t>(token++)] = kPaddingSlot;
+        continue;
+      }
+      const auto pos = static_cast<std::int32_t>(cp.local_count(global));
       const std::int32_t logical_block = pos / block_size;
       if (logical_block >= block_table.row_stride) {
         throw Error("block_table", "position " + std::to_string(pos) + " of request " + std::to_string(r),

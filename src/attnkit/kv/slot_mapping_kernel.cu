@@ -61,9 +61,10 @@ __global__ void __launch_bounds__(kThreads) slot_mapping_kernel(const SlotMappin
   if (r >= 0) {
     const std::int32_t begin = p.query_start_loc[r];
     const std::int32_t query_len = p.query_start_loc[r + 1] - begin;
-    const std::int32_t position = p.seq_lens[r] - query_len + (t - begin);
+    const std::int32_t global = p.seq_lens[r] - query_len + (t - begin);
+    const auto position = static_cast<std::int32_t>(p.context_parallel.local_count(global));
     const std::int32_t page_index = position / p.block_size;
-    if (position >= 0 && page_index < p.row_stride) {
+    if (global >= 0 && p.context_parallel.owner(global) == p.context_parallel.rank && page_index < p.row_stride) {
       const std::int32_t page = p.block_table[static_cast<std::int64_t>(r) * p.row_stride + page_index];
       if (page >= 0) slot = static_cast<std::int64_t>(page) * p.block_size + position % p.block_size;
     }

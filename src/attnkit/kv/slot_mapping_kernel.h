@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/kernels/common/launch_status.h"
 
 namespace attnkit::kernels {
@@ -38,6 +39,8 @@ struct SlotMappingParams {
   std::int32_t num_reqs = 0;    // padded
   std::int32_t num_tokens = 0;  // padded
   std::int64_t* slot_mapping = nullptr;  // device out [num_tokens]
+  // D1: positions another rank stores get -1; this rank's go to local key local_count(position).
+  ContextParallel context_parallel;
 };
 LaunchStatus launch_slot_mapping(const SlotMappingParams& params, void* stream);
 

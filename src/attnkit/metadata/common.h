@@ -5,6 +5,7 @@
 #include <span>
 #include <string_view>
 
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/kv/block_table.h"
 #include "attnkit/metadata/metadata.h"
 
@@ -37,6 +38,11 @@ struct CommonAttentionMetadata {
   std::int32_t kernel_block_size = 0;
   bool causal = true;
   bool cpu_lengths_exact = true;
+  // D1: this rank's share of the KV. Lengths, positions and masks above are global; the block
+  // table rows hold this rank's pages, which store its keys kernels::ContextParallel::local_count(
+  // seq_len) of each request. Builders of backends that declare context_parallel pass it to
+  // their kernels; size 1 everywhere else.
+  kernels::ContextParallel context_parallel;
 };
 
 // The one rendering of metadata fields shared by every printer (text, JSON): the common

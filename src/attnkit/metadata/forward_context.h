@@ -21,6 +21,9 @@ struct BackendCaps;
 // from another runner is refused instead of silently running that runner's layer of that index.
 using LayerId = std::int32_t;
 
+// D1: what a layer of a context-parallel run needs after its local attention (runner-owned).
+struct ContextParallelLayer;
+
 struct LayerContext {
   const AttentionMetadata* metadata = nullptr;
   const KVCacheView* kv_cache = nullptr;
@@ -29,6 +32,8 @@ struct LayerContext {
   const BackendCaps* backend = nullptr;
   DType activation_dtype = DType::kFloat16;  // Q, K, V and the output
   std::int32_t num_tokens_padded = 0;        // rows of Q/K/V/output this step
+  std::int32_t num_actual_tokens = 0;        // rows of real tokens this step
+  const ContextParallelLayer* context_parallel = nullptr;  // nullptr: not a context-parallel run
 };
 
 class ForwardContext {

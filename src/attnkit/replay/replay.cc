@@ -1,15 +1,21 @@
 #include "attnkit/replay/replay.h"
 
 #include <algorithm>
+#include <cstring>
+#include <exception>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.h"
 #include "attnkit/kv/kv_update.h"
+#include "attnkit/kv/slot_mapping.h"
+#include "attnkit/parallel/in_process_group.h"
 #include "attnkit/platform/device_tensor.h"
 #include "attnkit/replay/metadata_json.h"
 #include "attnkit/replay/npy.h"
@@ -51,10 +57,83 @@ HostTensor to_dtype(const TensorView& src, DType dtype) {
   return t;
 }
 
+// Where the recorded cache's slot b * page_size + t goes in this rank's cache: block b holds
+// positions [j * page_size, (j + 1) * page_size) of the requests whose row j names it, and the rank
+// stores its own of them at local_count(position) - j * page_size / size within the block; -1 for
+// the positions of other ranks and for blocks no request names (the KV update skips them).
+std::vector<std::int64_t> cache_slots_of_rank(const BatchRecord& record, const ContextParallel& cp) {
+  const std::int64_t page = record.page_size;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(record.num_blocks() * page), kPaddingSlot);
+  if (!cp.enabled()) {
+    std::iota(slots.begin(), slots.end(), 0);  // logical slot b * page_size + t is block b, offset t
+    return slots;
+  }
+  const std::int64_t local_page = page / cp.size;
+  for (const auto& q : record.requests) {
+    for (std::size_t j = 0; j < q.blocks.size(); ++j) {
+      for (std::int64_t t = 0; t < page; ++t) {
+        const std::int64_t position = static_cast<std::int64_t>(j) * page + t;
+        if (cp.owner(position) != cp.rank) continue;
+        const std::int64_t within = cp.local_count(position) - static_cast<std::int64_t>(j) * local_page;
+        slots[static_cast<std::size_t>(q.blocks[j] * page + t)] = q.blocks[j] * local_page + within;
+      }
+    }
+  }
+  return slots;
+}
+
+ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options, const ContextParallel& cp,
+                         ContextParallelGroup* group);
+
 }  // namespace
 
 ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& options) {
   validate_batch_record(record);
+  const std::int32_t size = options.context_parallel_size;
+  ATTNKIT_REQUIRE(size >= 1 && size <= kMaxContextParallelSize, "context_parallel_size", std::to_string(size),
+                  "[1, " + std::to_string(kMaxContextParallelSize) + "]");
+  if (size == 1) return replay_rank(record, options, {}, nullptr);
+  auto hub = std::make_shared<InProcessHub>(size, options.platform.kind == PlatformKind::kCuda);
+  std::vector<ReplayResult> results(static_cast<std::size_t>(size));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> ranks;
+  for (std::int32_t rank = 0; rank < size; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        InProcessContextParallelGroup group(hub, rank);
+        ReplayOptions mine = options;
+        if (rank != 0) {  // tools see rank 0
+          mine.on_prepared = nullptr;
+          mine.log = nullptr;
+        }
+        results[static_cast<std::size_t>(rank)] =
+            replay_rank(record, mine, {size, rank, options.context_parallel_interleave}, &group);
+      } catch (...) {
+        errors[static_cast<std::size_t>(rank)] = std::current_exception();
+        hub->fail();  // the others must not wait for this rank in the all-gather
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  // The merge is the same arithmetic on the same gathered bytes on every rank.
+  const auto same = [](const HostTensor& a, const HostTensor& b) {
+    return a.bytes() == b.bytes() && (a.bytes() == 0 || std::memcmp(a.view().data, b.view().data, a.bytes()) == 0);
+  };
+  for (std::int32_t rank = 1; rank < size; ++rank) {
+    const ReplayResult& r = results[static_cast<std::size_t>(rank)];
+    ATTNKIT_REQUIRE(same(r.out, results[0].out) && same(r.lse, results[0].lse), "context-parallel output",
+                    "rank " + std::to_string(rank) + " differs from rank 0", "the same output on every rank");
+  }
+  return std::move(results[0]);
+}
+
+namespace {
+
+ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options, const ContextParallel& cp,
+                         ContextParallelGroup* group) {
   const auto n = static_cast<std::int32_t>(record.requests.size());
   const std::int32_t tokens = record.num_tokens();
   std::int32_t max_seq = 1, max_row = 1;
@@ -75,6 +154,8 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   rc.k_scale = record.k_scale;
   rc.v_scale = record.v_scale;
   rc.log = options.log;
+  rc.context_parallel = cp;
+  rc.context_parallel_group = group;
   LayerSpec layer_spec = layer_spec_of(record);
   layer_spec.kv_spec.forced_layout = options.kv_layout;
   layer_spec.kv_spec.forced_kernel_block_size = options.kernel_block_size;
@@ -89,11 +170,10 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   MemoryResource& memory = runner.kv_memory();  // where this platform's kernels read
 
   // The recorded context enters the cache through the shared update op: logical slot
-  // b*page_size + t is block b, offset t, whatever the physical layout.
+  // b*page_size + t is block b, offset t, whatever the physical layout (of this rank's share).
   {
     const std::int64_t slots = static_cast<std::int64_t>(record.num_blocks()) * record.page_size;
-    std::vector<std::int64_t> identity(static_cast<std::size_t>(slots));
-    std::iota(identity.begin(), identity.end(), 0);
+    const std::vector<std::int64_t> identity = cache_slots_of_rank(record, cp);
     const std::vector<std::int64_t> dims{slots, record.num_kv_heads, record.head_size};
     const auto on_platform = [&](const HostTensor& t) {
       return DeviceTensor(memory, host_view(TensorView::contiguous(t.view().data, DType::kFloat32, dims,
@@ -183,6 +263,8 @@ ReplayResult replay_batch(const BatchRecord& record, const ReplayOptions& option
   result.metadata_json = all.dump(2);
   return result;
 }
+
+}  // namespace
 
 void write_replay_result(const std::string& dir, const ReplayResult& result) {
   write_npy(dir + "/out.npy", result.out.view());

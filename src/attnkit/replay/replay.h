@@ -29,6 +29,11 @@ struct ReplayOptions {
   // Called once the step is prepared (metadata built), before attention runs; for tools that
   // print or inspect the plan.
   std::function<void(const ModelRunner&)> on_prepared;
+  // D1: replay as `context_parallel_size` ranks (threads of this process, each a runner over its
+  // share of the recorded KV, joined by the in-process all-gather); the result is rank 0's, and
+  // every rank's output must equal it bit for bit. 1 = one runner.
+  std::int32_t context_parallel_size = 1;
+  std::int32_t context_parallel_interleave = 1;
 };
 
 struct ReplayResult {

@@ -12,6 +12,7 @@
 #include "attnkit/selection/negotiation.h"
 #include "attnkit/kv/slot_mapping.h"
 #include "attnkit/kv/slot_mapping_kernel.h"
+#include "attnkit/parallel/context_parallel_merge.h"
 #include "attnkit/platform/platform.h"
 #include "attnkit/selection/registry.h"
 
@@ -68,6 +69,12 @@ AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig&
   c.kv_spec_kind = layer.kv_spec.kind;
   if (rc.cascade == CascadePolicy::kAlways && layer.kv_spec.is_attention()) c.features.add(Feature::kCascade);
   if (rc.need_lse && layer.kv_spec.is_attention()) c.features.add(Feature::kReturnLse);
+  // D1: every rank attends over its share and returns the LSE the merge weighs it by; the
+  // kernels' pages split the rank's share of a manager block.
+  if (rc.context_parallel.enabled() && layer.kv_spec.is_attention()) {
+    c.features.add(Feature::kContextParallel).add(Feature::kReturnLse);
+    c.block_size = layer.kv_spec.block_size / rc.context_parallel.size;
+  }
   c.optimistic_cpu_lengths = rc.optimistic_cpu_lengths;
   return c;
 }
@@ -114,6 +121,21 @@ RunnerConfig checked(RunnerConfig c) {
                     "capture_sizes[" + std::to_string(i) + "]", std::to_string(c.capture_sizes[i]),
                     "ascending, in [1, max_num_tokens " + std::to_string(c.max_num_tokens) + "]");
   }
+  const ContextParallel& cp = c.context_parallel;
+  if (cp.enabled() || c.context_parallel_group != nullptr) {
+    validate_context_parallel(cp, cp.size * cp.interleave);  // size, rank, interleave on their own
+    ATTNKIT_REQUIRE(c.context_parallel_group != nullptr && c.context_parallel_group->size() == cp.size &&
+                        c.context_parallel_group->rank() == cp.rank,
+                    "context_parallel_group",
+                    c.context_parallel_group ? c.context_parallel_group->describe() : std::string("none"),
+                    "a group of size " + std::to_string(cp.size) + " in which this runner is rank " +
+                        std::to_string(cp.rank));
+    ATTNKIT_REQUIRE(c.capture_sizes.empty() || c.context_parallel_group->capturable(), "capture_sizes",
+                    std::to_string(c.capture_sizes.size()) + " sizes", "none with this group",
+                    c.context_parallel_group->describe() + " cannot be captured into a CUDA graph");
+    ATTNKIT_REQUIRE(c.cascade != CascadePolicy::kAlways, "cascade", "always", "heuristic or never",
+                    "a context-parallel run reads no shared prefix once (each rank holds a share of it)");
+  }
   if (on_cuda(c)) {
     const GpuProbe probe = probe_gpu();
     ATTNKIT_REQUIRE(probe.available(), "platform", c.platform.describe(), "a platform with a usable GPU",
@@ -124,10 +146,12 @@ RunnerConfig checked(RunnerConfig c) {
 
 }  // namespace
 
-std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes) {
+std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes,
+                                         std::int32_t context_parallel_size) {
+  ATTNKIT_REQUIRE(context_parallel_size >= 1, "context_parallel_size", std::to_string(context_parallel_size), ">= 1");
   std::size_t per_block = 0;
   for (const LayerSpec& l : layers) {
-    if (l.kv_spec.is_attention()) per_block += l.kv_spec.page_bytes();
+    if (l.kv_spec.is_attention()) per_block += l.kv_spec.page_bytes() / static_cast<std::size_t>(context_parallel_size);
   }
   ATTNKIT_REQUIRE(per_block > 0, "layers", "no attention layer", "at least one attention layer");
   const std::size_t blocks = budget_bytes / per_block;
@@ -157,6 +181,7 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
   if (config_.log) selector_.set_log_sink(config_.log);
   select_backends();
   build_groups();
+  build_context_parallel();
   graph_buffers(captured_buffers_);  // C3: the addresses a capture would bake in
 }
 
@@ -174,7 +199,14 @@ void ModelRunner::select_backends() {
     }
     const Selection& sel = selector_.select(cfg, name);
     selections_.push_back(&sel);
-    impls_.push_back(sel.backend->make_impl(layer.params, sel.variant));
+    if (config_.context_parallel.enabled() && layer.kv_spec.is_attention()) {
+      // D1: a rank's partial must not count the sink; the merge joins it once.
+      LayerParams local = layer.params;
+      local.sinks.clear();
+      impls_.push_back(sel.backend->make_impl(local, sel.variant));
+    } else {
+      impls_.push_back(sel.backend->make_impl(layer.params, sel.variant));
+    }
   }
 }
 
@@ -206,8 +238,13 @@ void ModelRunner::build_groups() {
               "the same causality as the other layers of its KV-cache group");
     }
     g.geometry.layout = negotiate_kv_layout(caps, kv.spec.forced_layout);
-    g.geometry.kernel_block_size =
-        kv.spec.is_attention() ? common_kernel_block_size(kv.spec.block_size, caps, kv.spec.forced_kernel_block_size) : 1;
+    if (kv.spec.is_attention() && config_.context_parallel.enabled()) {
+      validate_context_parallel(config_.context_parallel, kv.spec.block_size);
+      g.geometry.context_parallel_size = config_.context_parallel.size;
+    }
+    g.geometry.kernel_block_size = kv.spec.is_attention() ? common_kernel_block_size(g.geometry.local_block_size(), caps,
+                                                                                     kv.spec.forced_kernel_block_size)
+                                                          : 1;
     g.geometry.num_manager_blocks =
         kv.spec.is_attention() ? config_.num_manager_blocks
                                : (config_.num_state_slots > 0 ? config_.num_state_slots : config_.max_num_reqs);
@@ -296,11 +333,53 @@ void ModelRunner::build_groups() {
   }
 }
 
+// D1, start-up: the gather buffer (every rank's block of partials for the widest layer at
+// max_num_tokens rows), each attention layer's sinks in kernel-readable memory, and the entry
+// unified_attention finds through the forward context.
+void ModelRunner::build_context_parallel() {
+  const ContextParallel& cp = config_.context_parallel;
+  if (!cp.enabled()) return;
+  std::size_t bytes_per_rank = 0;
+  for (const LayerSpec& l : layers_) {
+    if (!l.kv_spec.is_attention()) continue;
+    bytes_per_rank = std::max(bytes_per_rank, partials_layout(config_.max_num_tokens, l.params.num_q_heads,
+                                                              l.params.head_size, l.params.dtype)
+                                                  .bytes_per_rank);
+  }
+  context_parallel_partials_ =
+      DeviceArray<unsigned char>(*workspace_memory_, bytes_per_rank * static_cast<std::size_t>(cp.size));
+  context_parallel_sinks_.resize(layers_.size());
+  context_parallel_layers_.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const LayerSpec& l = layers_[i];
+    if (!l.kv_spec.is_attention()) continue;
+    ContextParallelLayer& e = context_parallel_layers_[i];
+    e.group = config_.context_parallel_group;
+    e.partials = context_parallel_partials_.data();
+    e.heads = l.params.num_q_heads;
+    e.head_size = l.params.head_size;
+    e.dtype = l.params.dtype;
+    if (!l.params.sinks.empty()) {
+      context_parallel_sinks_[i] = DeviceArray<float>(*workspace_memory_, l.params.sinks.size());
+      workspace_memory_->copy_from_host(context_parallel_sinks_[i].data(), l.params.sinks.data(),
+                                        l.params.sinks.size() * sizeof(float));
+      e.sinks = context_parallel_sinks_[i].data();
+    }
+    context_.entry(context_.id_at(static_cast<std::int32_t>(i))).context_parallel = &e;
+  }
+  if (config_.log) {
+    config_.log("context parallel: " + describe(cp) + " over " + config_.context_parallel_group->describe() + ", " +
+                std::to_string(context_parallel_partials_.capacity()) + " bytes of gathered partials");
+  }
+}
+
 std::int32_t ModelRunner::common_prefix_len(const KVGroupState& g) const {
   const CommonAttentionMetadata& c = g.common;
   // Host lengths that are only upper bounds could place the prefix past a request's real
   // context; cascade is then off for the step rather than wrong.
   if (!any_cascade_ || !c.cpu_lengths_exact || c.num_reqs < 2 || !g.geometry.spec.is_attention()) return 0;
+  // D1: each rank holds a share of the prefix; the prefix pass would need it whole.
+  if (c.context_parallel.enabled()) return 0;
   std::int32_t min_context = std::numeric_limits<std::int32_t>::max();
   for (std::int32_t r = 0; r < c.num_reqs; ++r) {
     min_context = std::min(min_context, c.seq_lens_cpu[static_cast<std::size_t>(r)] -
@@ -383,6 +462,7 @@ void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int 
   const std::int32_t m = attention ? g.geometry.spec.block_size : 1;
   const std::int32_t b = g.geometry.kernel_block_size;
   const std::int32_t num_blocks = g.geometry.num_manager_blocks;
+  const ContextParallel cp = attention ? config_.context_parallel : ContextParallel{};
   std::int32_t* kernel_rows = g.block_table.host;
   if (step_serial_ == 1) {  // the serial wrapped: stale stamps could alias the new ones
     std::fill(g.page_writer_step.begin(), g.page_writer_step.end(), 0u);
@@ -419,10 +499,13 @@ void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int 
       expand_block_row(src, k, {kernel_row, src.size() * static_cast<std::size_t>(k)});
     }
     if (!attention) continue;
-    // The pages this step writes: positions [context, seq_len) by the host's lengths.
+    // The pages this step writes: positions [context, seq_len) by the host's lengths, of those
+    // the ones this rank stores (all of them without context parallelism), as local keys.
     const std::int32_t q = tmpl.query_start_loc_cpu[static_cast<std::size_t>(r) + 1] -
                            tmpl.query_start_loc_cpu[static_cast<std::size_t>(r)];
-    for (std::int32_t page = (seq_len - q) / b; page < ceil_div(seq_len, b); ++page) {
+    const auto first_written = static_cast<std::int32_t>(cp.local_count(seq_len - q));
+    const auto local_len = static_cast<std::int32_t>(cp.local_count(seq_len));
+    for (std::int32_t page = first_written / b; first_written < local_len && page < ceil_div(local_len, b); ++page) {
       const auto physical = static_cast<std::size_t>(kernel_row[page]);
       if (g.page_writer_step[physical] == step_serial_ && g.page_writer_request[physical] != r) [[unlikely]] {
         throw Error("block_tables[" + std::to_string(gi) + "]",
@@ -445,13 +528,14 @@ void ModelRunner::plan_group_tables(KVGroupState& g, const StepInput& step, int 
                           static_cast<std::int32_t>(kstride)};
   g.common.kernel_block_size = g.geometry.kernel_block_size;
   g.common.causal = g.causal;
+  g.common.context_parallel = cp;
   g.common.slot_mapping = g.slot_mapping.first(padded_tokens);
   if (g.slot_mapping.space() == MemorySpace::kHost) {
     // CPU platform: the device truth is host memory and the "kernel" is this loop.
     const std::span<std::int64_t> slots = g.slot_mapping.host_array().first(padded_tokens);
     if (attention) {
       compute_slot_mapping(host_span(tmpl.query_start_loc, "query_start_loc"), host_span(tmpl.seq_lens, "seq_lens"),
-                           g.common.block_table_cpu, g.geometry.kernel_block_size, slots);
+                           g.common.block_table_cpu, g.geometry.kernel_block_size, slots, cp);
     } else {
       std::fill(slots.begin(), slots.end(), kPaddingSlot);
     }
@@ -477,6 +561,7 @@ void ModelRunner::enqueue_group(const KVGroupState& g, Stream stream) const {
   p.num_reqs = g.geometry.spec.is_attention() ? g.common.num_reqs_padded : 0;
   p.num_tokens = g.common.num_tokens_padded;
   p.slot_mapping = const_cast<std::int64_t*>(g.common.slot_mapping.data());
+  p.context_parallel = g.common.context_parallel;
   kernels::check_launch(kernels::launch_slot_mapping(p, stream.handle));
 }
 
@@ -528,6 +613,7 @@ void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
         e.metadata = ag.metadata;
         e.slot_mapping = g.common.slot_mapping;
         e.num_tokens_padded = g.common.num_tokens_padded;
+        e.num_actual_tokens = g.common.num_actual_tokens;
       }
     }
   }
@@ -595,6 +681,9 @@ void ModelRunner::graph_buffers(std::vector<GraphBuffer>& out) const {
     out.push_back({"kv_group.slot_mapping", g.slot_mapping.data(), g.slot_mapping.capacity() * sizeof(std::int64_t)});
     for (const auto& ag : g.attn_groups) ag.builder->graph_buffers(out);
   }
+  if (context_parallel_partials_.data()) {
+    out.push_back({"context_parallel.partials", context_parallel_partials_.data(), context_parallel_partials_.capacity()});
+  }
 }
 
 void ModelRunner::unified_attention(LayerId layer, const TensorView& query, const TensorView& key,
@@ -612,7 +701,23 @@ void ModelRunner::unified_attention(LayerId layer, const TensorView& query, cons
     kv_cache_update(key.slice_rows(0, ctx.num_tokens_padded), value.slice_rows(0, ctx.num_tokens_padded),
                     ctx.slot_mapping, *ctx.kv_cache, stream);
   }
-  ctx.impl->forward(query, key, value, *ctx.kv_cache, *ctx.metadata, output, lse, stream);
+  if (ctx.context_parallel == nullptr) {
+    ctx.impl->forward(query, key, value, *ctx.kv_cache, *ctx.metadata, output, lse, stream);
+    return;
+  }
+  // D1: this rank's partial over the keys it stores, with its LSE, into its block of the gather
+  // buffer; the all-gather; the LSE merge (with the sink) into the caller's output.
+  const ContextParallelLayer& cp = *ctx.context_parallel;
+  const std::int32_t rank = cp.group->rank();
+  const PartialsLayout layout = partials_layout(ctx.num_tokens_padded, cp.heads, cp.head_size, cp.dtype);
+  ctx.impl->forward(query, key, value, *ctx.kv_cache, *ctx.metadata,
+                    partial_output_view(cp.partials, layout, rank, output.space),
+                    partial_lse_view(cp.partials, layout, rank, output.space), stream);
+  cp.group->all_gather(cp.partials, layout.bytes_per_rank, stream);
+  // The CPU platform knows the real rows; a CUDA step may be a graph replayed for other counts, so
+  // it merges the padded shape (padding rows are the caller's to ignore).
+  const std::int32_t rows = output.space == MemorySpace::kHost ? ctx.num_actual_tokens : ctx.num_tokens_padded;
+  merge_context_parallel({cp.partials, layout, cp.group->size(), rows, cp.sinks}, output, lse, stream);
 }
 
 }  // namespace attnkit

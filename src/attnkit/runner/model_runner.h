@@ -21,6 +21,7 @@
 #include "attnkit/metadata/forward_context.h"
 #include "attnkit/metadata/reorder.h"
 #include "attnkit/metadata/step_input.h"
+#include "attnkit/parallel/context_parallel_group.h"
 #include "attnkit/selection/selector.h"
 
 namespace attnkit {
@@ -53,16 +54,37 @@ struct RunnerConfig {
   MemoryResource* kv_memory = nullptr;         // the KV cache tensors
   MemoryResource* workspace_memory = nullptr;  // fixed-address metadata and plan workspaces
   MemoryResource* pinned_memory = nullptr;     // their host mirrors (must be pinned on CUDA)
+  // D1 decode context parallelism: this runner is rank `context_parallel.rank` of a group of
+  // `context_parallel.size` that share every request's KV (kernels/common/context_parallel.h says
+  // which positions each rank stores). Every rank runs the same steps with the same Q/K/V and
+  // the same block tables (one block ID holds each rank's share of a manager block); a rank
+  // writes only the tokens it owns and attends over what it stores, and the group's all-gather
+  // and an LSE merge give every rank the whole output. Needs backends that declare
+  // context_parallel, and `context_parallel_group` (not owned; it must outlive the runner) with
+  // this size and rank. Size 1 (the default) is an ordinary run.
+  ContextParallel context_parallel;
+  ContextParallelGroup* context_parallel_group = nullptr;
   // C3 capture shapes: token counts a CUDA graph may be captured for, ascending. A step is padded
   // to the smallest one that holds it (requests to min(that, max_num_reqs)); without one, or
   // past the largest, it runs unpadded. CUDA platform only.
   std::vector<std::int32_t> capture_sizes;
 };
 
+// D1: what unified_attention needs after a layer's local attention in a context-parallel run.
+struct ContextParallelLayer {
+  ContextParallelGroup* group = nullptr;
+  void* partials = nullptr;  // the runner's gather buffer: size blocks of partials_layout(...)
+  std::int32_t heads = 0, head_size = 0;
+  DType dtype = DType::kFloat16;
+  const float* sinks = nullptr;  // [heads] in kernel-readable memory, or nullptr
+};
+
 // K3: how many manager blocks per attention KV-cache group fit in `budget_bytes` of KV memory
 // (every attention layer holds one page of its spec per block; state groups are not counted).
 // Throws Error when not even one block fits.
-std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes);
+// With context parallelism each rank stores 1 / context_parallel_size of every block.
+std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes,
+                                         std::int32_t context_parallel_size = 1);
 
 // What the selector is asked for this layer in this run (S4: every result-changing factor).
 AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig& config);
@@ -133,6 +155,7 @@ class ModelRunner {
   std::size_t index(LayerId id) const { return static_cast<std::size_t>(context_.index_of(id)); }
   void select_backends();
   void build_groups();
+  void build_context_parallel();
   void check_request_order(const StepInput& step) const;
   void plan(const StepInput& step, bool wait_for_previous_copies);
   void enqueue(Stream stream);
@@ -162,6 +185,11 @@ class ModelRunner {
   GraphMode graph_mode_ = GraphMode::kEager;
   bool any_cascade_ = false;
   std::vector<GraphBuffer> captured_buffers_;
+  // D1: the gathered partials of one layer call (every rank's block, fixed address), each layer's
+  // merge inputs, and the layers' sinks (joined once, in the merge) in kernel-readable memory.
+  DeviceArray<unsigned char> context_parallel_partials_;
+  std::vector<DeviceArray<float>> context_parallel_sinks_;
+  std::vector<ContextParallelLayer> context_parallel_layers_;
   StreamEvent plan_copied_;  // recorded after each step's uploads
   std::uint32_t step_serial_ = 0;
 };

@@ -21,8 +21,8 @@ const BackendCaps& GpuReferenceBackend::caps() {
     c.kv_layouts = {KVLayout::kFusedHND, KVLayout::kSplitNHD, KVLayout::kSplitHND};
     c.attention_types = {AttentionType::kDecoder, AttentionType::kEncoder, AttentionType::kEncoderOnly};
     c.kv_spec_kinds = {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow};
-    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks,
-                  Feature::kAlibi,         Feature::kCascade, Feature::kReturnLse};
+    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks,  Feature::kAlibi,
+                  Feature::kCascade,       Feature::kContextParallel, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = false;  // the kernel reads the device lengths
     c.forward_includes_kv_update = false;
     // Every per-step value the kernel reads is in device memory at a fixed address and its grid

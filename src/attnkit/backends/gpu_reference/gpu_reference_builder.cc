@@ -56,7 +56,9 @@ const AttentionMetadata& GpuReferenceMetadataBuilder::build(std::int32_t common_
     const std::int32_t seq_len = c.seq_lens_cpu[r];  // an upper bound of the device truth
     ATTNKIT_REQUIRE(query_len >= 0 && query_len <= seq_len, "request " + str(static_cast<std::int64_t>(r)),
                     str(query_len) + " query / " + str(seq_len) + " seq", "0 <= query_len <= seq_len");
-    ATTNKIT_REQUIRE((seq_len + c.kernel_block_size - 1) / c.kernel_block_size <= c.block_table.row_stride,
+    // D1: the rank's pages hold its share of the keys.
+    const auto stored = static_cast<std::int32_t>(c.context_parallel.local_count(seq_len));
+    ATTNKIT_REQUIRE((stored + c.kernel_block_size - 1) / c.kernel_block_size <= c.block_table.row_stride,
                     "block_table row_stride", str(c.block_table.row_stride), "enough pages for seq_len " + str(seq_len));
     min_context = std::min(min_context, seq_len - query_len);
   }
@@ -71,11 +73,14 @@ const AttentionMetadata& GpuReferenceMetadataBuilder::build(std::int32_t common_
   m.num_tokens_padded = c.num_tokens_padded;
   m.kernel_block_size = c.kernel_block_size;
   m.causal = c.causal;
+  m.context_parallel = c.context_parallel;
   m.query_start_loc = c.query_start_loc;
   m.seq_lens = c.seq_lens;
   m.block_table = c.block_table;
   // B4, the CPU reference's rule; forced on or off by the run's policy.
-  const bool cascade = cascade_chosen(context_.cascade, common_prefix_len, c.num_reqs, context_.kv_spec);
+  // D1: a rank stores a share of the prefix, not the prefix (the runner never offers one then).
+  const bool cascade = !c.context_parallel.enabled() &&
+                       cascade_chosen(context_.cascade, common_prefix_len, c.num_reqs, context_.kv_spec);
   if (cascade) {
     ATTNKIT_REQUIRE(prefix_pages_shared(c.block_table_cpu, c.num_reqs, common_prefix_len, c.kernel_block_size),
                     "common_prefix_len", str(common_prefix_len), "a prefix whose pages every request shares",

@@ -77,6 +77,7 @@ void GpuReferenceImpl::forward(const TensorView& query, const TensorView& key, c
   p.num_reqs = md.num_reqs_padded;
   p.num_tokens = md.num_tokens_padded;
   p.cascade_prefix_len = md.device_cascade_prefix_len;
+  p.context_parallel = md.context_parallel;
   kernels::check_launch(kernels::launch_gpu_reference(p, stream.handle));
 }
 

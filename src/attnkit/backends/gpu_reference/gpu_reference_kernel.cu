@@ -90,7 +90,7 @@ __device__ float key_logit(const GpuReferenceParams& p, const RowContext& row, c
   float dot = 0.0f;
   for (int c = 0; c < p.head_size; ++c)
     dot = __fmaf_rn(query[c], load_element<kKv>(p.kv.data, k_row + c) * p.kv.k_scale, dot);
-  return logit(row.score, dot, row.alibi_slope, j, row.position);
+  return logit(row.score, dot, row.alibi_slope, p.context_parallel.global_position(j), row.position);
 }
 
 // Attention of the row over keys [first, last] of `pages`. A sink logit (-inf = none) joins the
@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(kThreads) gpu_reference_kernel(const __grid_co
     s.query[d] = load_element(p.rows.query, q_base + d, p.activation_dtype);
   __syncthreads();
 
-  const KeyRange visible = visible_keys(row.score, row.position, seq_len);
+  // D1: the keys this rank stores among the visible positions (all of them without it).
+  const KeyRange visible = p.context_parallel.local_range(visible_keys(row.score, row.position, seq_len));
   const std::int32_t* own_pages = p.block_table + static_cast<std::int64_t>(r) * p.block_table_stride;
   const std::int64_t prefix = p.cascade_prefix_len != nullptr ? *p.cascade_prefix_len : 0;
   Partial result;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "attnkit/core/dtype.h"
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/kernels/common/launch_status.h"
 #include "attnkit/kernels/common/paged_kv.h"
 
@@ -34,6 +35,8 @@ struct GpuReferenceParams {
   // the pages of row 0 as one partial and merged by LSE with the request's own suffix partial;
   // 0 = no cascade. nullptr = no cascade.
   const std::int32_t* cascade_prefix_len = nullptr;
+  // D1: the cache holds this rank's share; key j of a request is position global_position(j).
+  ContextParallel context_parallel;
 
   // The layer.
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0;  // head_size <= 256

@@ -19,6 +19,7 @@ struct GpuReferenceMetadata final : AttentionMetadata {
   std::int32_t num_tokens_padded = 0;  // the kernel's grid rows
   std::int32_t kernel_block_size = 0;
   bool causal = true;
+  kernels::ContextParallel context_parallel;  // D1: the cache holds this rank's share
   DeviceSpan<const std::int32_t> query_start_loc;  // [num_reqs_padded + 1]
   DeviceSpan<const std::int32_t> seq_lens;         // [num_reqs_padded], device truth
   DeviceBlockTable block_table;                    // [num_reqs_padded, row_stride]

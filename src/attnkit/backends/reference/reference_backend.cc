@@ -19,8 +19,8 @@ const BackendCaps& ReferenceBackend::caps() {
     c.kv_layouts = {KVLayout::kFusedHND, KVLayout::kSplitNHD, KVLayout::kSplitHND};
     c.attention_types = {AttentionType::kDecoder, AttentionType::kEncoder, AttentionType::kEncoderOnly};
     c.kv_spec_kinds = {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow};
-    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks,
-                  Feature::kAlibi,         Feature::kCascade, Feature::kReturnLse};
+    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks,  Feature::kAlibi,
+                  Feature::kCascade,       Feature::kContextParallel, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = false;  // reads only the device lengths (host memory on the CPU)
     // Every declared value works with every other one, so there is no combination rule.
     c.forward_includes_kv_update = false;

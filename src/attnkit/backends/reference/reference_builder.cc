@@ -106,9 +106,11 @@ void ReferenceMetadataBuilder::validate_batch(const CommonAttentionMetadata& c) 
       throw Error("seq_len", str(seq_len),
                   "[query_len = " + str(query_len) + ", max_seq_len = " + str(c.max_seq_len) + "]", req);
     }
-    if (!(pages_for(seq_len, c.kernel_block_size) <= table.row_stride)) {
+    // D1: the rank's pages hold its share of the keys.
+    const auto stored = static_cast<std::int32_t>(c.context_parallel.local_count(seq_len));
+    if (!(pages_for(stored, c.kernel_block_size) <= table.row_stride)) {
       throw Error("block_table row_stride", str(table.row_stride),
-                  ">= " + str(pages_for(seq_len, c.kernel_block_size)), req + " needs that many pages");
+                  ">= " + str(pages_for(stored, c.kernel_block_size)), req + " needs that many pages");
     }
   }
 }
@@ -149,10 +151,13 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
   m.max_seq_len = common.max_seq_len;
   m.kernel_block_size = common.kernel_block_size;
   m.causal = common.causal;
+  m.context_parallel = common.context_parallel;
   m.query_start_loc = query_start_loc.first(static_cast<std::size_t>(common.num_reqs) + 1);
   m.seq_lens = seq_lens.first(static_cast<std::size_t>(common.num_reqs));
   m.block_table = table;
-  m.use_cascade = cascade_chosen(context_.cascade, common_prefix_len, m.num_reqs, context_.kv_spec);
+  // D1: a rank stores a share of the prefix, not the prefix; the runner never offers one then.
+  m.use_cascade = !common.context_parallel.enabled() &&
+                  cascade_chosen(context_.cascade, common_prefix_len, m.num_reqs, context_.kv_spec);
   m.common_prefix_len = m.use_cascade ? common_prefix_len : 0;
   if (m.use_cascade) {
     if (!(prefix_pages_shared(m.block_table, m.num_reqs, m.common_prefix_len, m.kernel_block_size))) {
@@ -181,9 +186,9 @@ const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const Atte
     throw Error("block_table rows", str(table.num_rows), ">= num_reqs = " + str(plan.num_reqs));
   }
   for (std::size_t r = 0; r < static_cast<std::size_t>(plan.num_reqs); ++r) {
-    if (!(pages_for(plan.seq_lens[r], plan.kernel_block_size) <= table.row_stride)) {
-      throw Error("block_table row_stride", str(table.row_stride),
-                  ">= " + str(pages_for(plan.seq_lens[r], plan.kernel_block_size)));
+    const auto stored = static_cast<std::int32_t>(plan.context_parallel.local_count(plan.seq_lens[r]));
+    if (!(pages_for(stored, plan.kernel_block_size) <= table.row_stride)) {
+      throw Error("block_table row_stride", str(table.row_stride), ">= " + str(pages_for(stored, plan.kernel_block_size)));
     }
   }
   if (&plan != &metadata_) metadata_ = plan;

@@ -27,10 +27,12 @@ bool contains(const std::vector<T>& values, T v) {
   return std::find(values.begin(), values.end(), v) != values.end();
 }
 
-// Where one request's keys live: key j is slot j % block_size of page pages[j / block_size].
+// Where one request's keys live: key j is slot j % block_size of page pages[j / block_size], at
+// position shard.global_position(j) of the sequence (j itself without context parallelism).
 struct KeySource {
   const HostKVCacheView* cache;
   std::span<const std::int32_t> pages;
+  kernels::ContextParallel shard;
 
   std::int64_t block_of(std::int64_t key) const {
     const std::int32_t block = pages[static_cast<std::size_t>(key / cache->block_size)];
@@ -66,7 +68,7 @@ class RowAttention {
     double dot = 0.0;
     for (std::int64_t c = 0; c < d_; ++c)
       dot += row.q[c] * static_cast<double>(keys.cache->k_at(block, slot, row.kv_head, c));
-    return kernels::logit(score_, static_cast<float>(dot), row.alibi_slope, j, row.position);
+    return kernels::logit(score_, static_cast<float>(dot), row.alibi_slope, keys.shard.global_position(j), row.position);
   }
 
   // Keys [first, last] of `keys`; a sink logit (if any) joins the denominator only. Two passes:
@@ -228,14 +230,15 @@ void ReferenceImpl::forward(const TensorView& query_view, const TensorView& key,
     const std::int64_t query_len = md.query_start_loc[static_cast<std::size_t>(r) + 1] - first_token;
     const std::int64_t seq_len = md.seq_lens[static_cast<std::size_t>(r)];
     const std::int64_t context = seq_len - query_len;
-    const KeySource own{&kv_cache, md.block_table.row(r)};
+    const KeySource own{&kv_cache, md.block_table.row(r), md.context_parallel};
     // B4: the prefix pages are the same physical pages in every row, so row 0 serves them all.
-    const KeySource shared_prefix{&kv_cache, md.block_table.row(0)};
+    const KeySource shared_prefix{&kv_cache, md.block_table.row(0), md.context_parallel};
 
     for (std::int64_t i = 0; i < query_len; ++i) {
       const std::int64_t token = first_token + i;
       const std::int64_t position = context + i;
-      const kernels::KeyRange visible = kernels::visible_keys(score, position, seq_len);
+      // D1: the keys this rank stores among the visible positions.
+      const kernels::KeyRange visible = md.context_parallel.local_range(kernels::visible_keys(score, position, seq_len));
       for (std::int64_t h = 0; h < heads; ++h) {
         for (std::int64_t c = 0; c < d; ++c) q[static_cast<std::size_t>(c)] = query.get(token, h, c);
         const QueryRow row{q.data(), h / group, position,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/metadata/common.h"
 #include "attnkit/metadata/metadata.h"
 
@@ -24,6 +25,8 @@ struct ReferenceMetadata : AttentionMetadata {
   std::int32_t max_seq_len = 0;
   std::int32_t kernel_block_size = 0;  // tokens per page of the block table
   bool causal = true;
+  // D1: the cache holds this rank's share of the keys (kernels/common/context_parallel.h).
+  kernels::ContextParallel context_parallel;
   // B4: when set, keys [0, common_prefix_len) are read once from the pages of row 0 (shared by
   // every request) and merged by LSE with each request's own suffix.
   bool use_cascade = false;

@@ -32,8 +32,9 @@ const BackendCaps& VarlenBackend::caps() {
     BackendCaps c;
     c.name = "VARLEN";
     c.summary = "one varlen paged launch for the whole mixed batch";
-    const FeatureSet cuda_features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks,
-                                      Feature::kAlibi,         Feature::kCascade, Feature::kReturnLse};
+    const FeatureSet cuda_features = {Feature::kSlidingWindow, Feature::kSoftCap,         Feature::kSinks,
+                                      Feature::kAlibi,         Feature::kCascade,         Feature::kContextParallel,
+                                      Feature::kReturnLse};
     VariantCaps kv16;
     kv16.variant = kVarlenCudaVariant;
     kv16.summary =
@@ -53,8 +54,8 @@ const BackendCaps& VarlenBackend::caps() {
     cpu.summary = "float32 online softmax over the paged batch, one pass over the keys";
     cpu.platforms = {PlatformKind::kCpu};
     cpu.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2};
-    cpu.features = FeatureSet{Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks, Feature::kAlibi,
-                              Feature::kReturnLse};
+    cpu.features = FeatureSet{Feature::kSlidingWindow, Feature::kSoftCap,         Feature::kSinks,
+                              Feature::kAlibi,         Feature::kContextParallel, Feature::kReturnLse};
     c.variants = {kv16, fp8, cpu};
     c.platforms = {PlatformKind::kCpu, PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.

@@ -56,6 +56,7 @@ void VarlenMetadataBuilder::take_block_table_and_slots(const CommonAttentionMeta
   metadata_.block_table = host_block_table(c.block_table, "block_table");
   metadata_.block_table.num_rows = c.num_reqs;
   metadata_.slot_mapping = host_span(c.slot_mapping.first(static_cast<std::size_t>(c.num_actual_tokens)), "slot_mapping");
+  metadata_.context_parallel = c.context_parallel;
 }
 
 const AttentionMetadata& VarlenMetadataBuilder::build(std::int32_t common_prefix_len,

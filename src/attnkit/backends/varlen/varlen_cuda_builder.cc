@@ -102,6 +102,7 @@ void VarlenCudaMetadataBuilder::name_common(const CommonAttentionMetadata& c) {
   m.max_query_len = c.max_query_len;
   m.max_seq_len = c.max_seq_len;
   m.causal = c.causal;
+  m.context_parallel = c.context_parallel;
   m.device.query_start_loc = c.query_start_loc;
   m.device.seq_lens = c.seq_lens;
   m.device.block_table = c.block_table;
@@ -127,7 +128,9 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   std::int32_t min_context = c.num_reqs > 0 ? c.max_seq_len : 0;
   for (std::size_t r = 0; r < n; ++r) {
     const std::int32_t seq_len = c.seq_lens_cpu[r];
-    ATTNKIT_REQUIRE((static_cast<std::int64_t>(seq_len) + c.kernel_block_size - 1) / c.kernel_block_size <=
+    // D1: the rank's pages hold its share of the keys.
+    const std::int64_t stored = c.context_parallel.local_count(seq_len);
+    ATTNKIT_REQUIRE((stored + c.kernel_block_size - 1) / c.kernel_block_size <=
                         c.block_table.row_stride,
                     "block_table row_stride", str(c.block_table.row_stride), "enough pages for seq_len " + str(seq_len));
     min_context = std::min(min_context, seq_len - (c.query_start_loc_cpu[r + 1] - c.query_start_loc_cpu[r]));
@@ -144,6 +147,7 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   in.num_tokens_padded = c.num_tokens_padded;
   in.num_reqs_padded = c.num_reqs_padded;
   in.common_prefix_len = common_prefix_len;
+  in.context_parallel = c.context_parallel;
   // The heuristic leaves sliding-window groups alone (much of the prefix is outside the windows,
   // so reading it once saves little); forced cascade is exact with windows too (each prefix row
   // masks its own window).
@@ -154,6 +158,8 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
     case CascadePolicy::kHeuristic: in.cascade = VarlenPlanInput::Cascade::kHeuristic; break;
   }
   if (window && in.cascade == VarlenPlanInput::Cascade::kHeuristic) in.cascade = VarlenPlanInput::Cascade::kNever;
+  // D1: a rank stores a share of the prefix, not the prefix (the runner never offers one then).
+  if (c.context_parallel.enabled()) in.cascade = VarlenPlanInput::Cascade::kNever;
 
   VarlenPlanBuffers out;
   out.work_items = work_items_.host_span(work_items_.capacity);

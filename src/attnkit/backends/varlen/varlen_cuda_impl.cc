@@ -77,6 +77,7 @@ void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, con
   p.kv = paged_kv_of(kv_cache);
   p.query_start_loc = plan.query_start_loc.data();
   p.seq_lens = plan.seq_lens.data();
+  p.context_parallel = md.context_parallel;
   p.block_table = plan.block_table.data.data();
   p.block_table_stride = plan.block_table.row_stride;
   p.num_reqs = plan.num_reqs_padded;

@@ -40,6 +40,7 @@ void VarlenImpl::forward(const TensorView& query_view, const TensorView& key, co
                       md.block_table.num_rows >= md.num_reqs,
                   "varlen metadata", std::to_string(md.num_reqs) + " requests", "consistent array sizes");
   kernel_params_.score.causal = md.causal;
+  kernel_params_.context_parallel = md.context_parallel;
 
   // One "launch": every request of the mixed batch, whatever its query length.
   for (std::int32_t r = 0; r < md.num_reqs; ++r) {

@@ -291,8 +291,10 @@ __device__ KeyBounds plan_rows(const VarlenParams& p, const VarlenWorkItem& item
         info.token = token;
         info.head = kv_head * group + i % group;
         info.position = seq_len - query_len + (token - start);
-        const KeyRange visible = visible_keys(score, info.position, seq_len);
-        const std::int32_t kv_end = prefix ? item.kv_end : min(item.kv_end, seq_len);
+        // D1: the keys this rank stores among the visible positions (all of them without it).
+        const KeyRange visible = p.context_parallel.local_range(visible_keys(score, info.position, seq_len));
+        const auto stored = static_cast<std::int32_t>(p.context_parallel.local_count(seq_len));
+        const std::int32_t kv_end = prefix ? item.kv_end : min(item.kv_end, stored);
         info.first = static_cast<std::int32_t>(max(visible.first, static_cast<std::int64_t>(item.kv_begin)));
         info.last = static_cast<std::int32_t>(min(visible.last, static_cast<std::int64_t>(kv_end) - 1));
         if (item.partial >= 0) info.partial_row = p.partial_base[r] + item.partial * query_len + (token - start);
@@ -522,7 +524,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
               const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
               float logit = block[b][e] * score_scale;
               if (p.soft_cap > 0.0f) logit = p.soft_cap * tanhf(logit / p.soft_cap);
-              if (has_alibi) logit += slope * static_cast<float>(key - position);
+              if (has_alibi) logit += slope * static_cast<float>(p.context_parallel.global_position(key) - position);
               if (masked && (key < first || key > last)) logit = -INFINITY;
               block[b][e] = logit;
             }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "attnkit/core/dtype.h"
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/kernels/common/launch_status.h"
 #include "attnkit/kernels/common/paged_kv.h"
 
@@ -69,6 +70,9 @@ struct VarlenParams {
   const std::int32_t* block_table = nullptr;      // [num_reqs, block_table_stride] kernel pages
   std::int32_t block_table_stride = 0;
   std::int32_t num_reqs = 0;  // padded request count
+  // D1: the cache holds this rank's share: a request's keys are its local_count(seq_len) stored
+  // positions, masks and ALiBi map them back to global positions.
+  ContextParallel context_parallel;
 
   // The plan (device, the builder's workspace).
   const VarlenWorkItem* work_items = nullptr;

@@ -54,6 +54,8 @@ struct VarlenMetadata final : AttentionMetadata {
   // [num_reqs, row_stride] kernel page IDs; row r is valid up to ceil(seqused_k[r] / page_size).
   BlockTableView block_table;
   std::span<const std::int64_t> slot_mapping;  // [num_actual_tokens]; -1 = padding
+  // D1: the cache holds this rank's share (common.context_parallel); the kernels map masks.
+  kernels::ContextParallel context_parallel;
   bool device_plan = false;  // built by the CUDA builder: `device` is the plan
   VarlenDevicePlan device;
 

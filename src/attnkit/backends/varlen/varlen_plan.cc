@@ -40,7 +40,8 @@ RequestShape shape_of(const VarlenPlanLimits& limits, const VarlenPlanInput& in,
   const std::int64_t rows = static_cast<std::int64_t>(s.query_len) * limits.group_size();
   s.decode = rows <= kVarlenDecodeRows;
   s.tiles = rows == 0 ? 0 : (s.decode ? 1 : ceil_div(rows, limits.prefill_rows()));
-  s.own_keys = std::max(0, in.seq_lens[static_cast<std::size_t>(r)] - prefix);
+  const auto stored = static_cast<std::int32_t>(in.context_parallel.local_count(in.seq_lens[static_cast<std::size_t>(r)]));
+  s.own_keys = std::max(0, stored - prefix);
   return s;
 }
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/kernels/common/context_parallel.h"
+
 #include "attnkit/backends/varlen/varlen_kernel.h"
 
 namespace attnkit {
@@ -58,6 +60,8 @@ struct VarlenPlanInput {
   // block-table row; the builder checked). 0 = none. Cascade is decided by `cascade`.
   std::int32_t common_prefix_len = 0;
   enum class Cascade : std::uint8_t { kHeuristic, kNever, kAlways } cascade = Cascade::kHeuristic;
+  // D1: the cache holds this rank's share; a request's tiles read local_count(seq_len) keys.
+  kernels::ContextParallel context_parallel;
 };
 
 // The cost rule of B4 in bytes moved: the prefix KV that every request tile would read again,

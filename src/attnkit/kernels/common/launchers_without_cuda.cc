@@ -6,6 +6,7 @@
 #include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kv/kv_update_kernel.h"
 #include "attnkit/kv/slot_mapping_kernel.h"
+#include "attnkit/parallel/context_parallel_merge_kernel.h"
 
 namespace attnkit::kernels {
 
@@ -20,6 +21,9 @@ LaunchStatus launch_gpu_reference(const GpuReferenceParams&, void*) { return {kN
 LaunchStatus launch_varlen_attention(const VarlenParams&, void*) { return {kNoDevice, "varlen_attention"}; }
 LaunchStatus varlen_occupancy(int, DType, DType, VarlenOccupancy*) { return {kNoDevice, "varlen_attention"}; }
 bool varlen_instantiated(int, DType, DType) { return false; }
+LaunchStatus launch_context_parallel_merge(const ContextParallelMergeParams&, void*) {
+  return {kNoDevice, "context_parallel_merge"};
+}
 
 }  // namespace attnkit::kernels
 #endif

@@ -67,7 +67,8 @@ void PagedAttentionCpu::run(const PagedAttentionParams& params, const PagedSeque
                       (lse.empty() || seq.query_begin + seq.query_len <= lse.dim(0)),
                   "query rows of a request", std::to_string(seq.query_begin) + " + " + std::to_string(seq.query_len),
                   "within the query/output/lse tensors");
-  const std::int64_t pages_needed = (seq.seq_len + kv.block_size - 1) / kv.block_size;
+  const std::int64_t pages_needed =
+      (params.context_parallel.local_count(seq.seq_len) + kv.block_size - 1) / kv.block_size;
   ATTNKIT_REQUIRE(static_cast<std::int64_t>(seq.pages.size()) >= pages_needed, "pages of a request",
                   std::to_string(seq.pages.size()), ">= ceil(seq_len / block_size) = " + std::to_string(pages_needed));
   for (int kv_head = 0; kv_head < params.num_kv_heads; ++kv_head) {
@@ -101,7 +102,7 @@ void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const Paged
       }
       states_[sz(t * g + gi)] = SoftmaxState{};
     }
-    const KeyRange r = visible_keys(params.score, context + tile_begin + t, seq.seq_len);
+    const KeyRange r = params.context_parallel.local_range(visible_keys(params.score, context + tile_begin + t, seq.seq_len));
     ranges_[sz(t)] = r;
     if (r.first <= r.last) {
       lo = std::min(lo, r.first);
@@ -135,7 +136,8 @@ void PagedAttentionCpu::run_tile(const PagedAttentionParams& params, const Paged
           float dot = 0.0f;
           for (int c = 0; c < d; ++c) dot += q[c] * k_row_[sz(c)];
           const float slope = params.alibi_slopes.empty() ? 0.0f : params.alibi_slopes[sz(h)];
-          const SoftmaxState::Step step = states_[sz(t * g + gi)].add(logit(params.score, dot, slope, j, pos));
+          const SoftmaxState::Step step =
+              states_[sz(t * g + gi)].add(logit(params.score, dot, slope, params.context_parallel.global_position(j), pos));
           float* acc = &acc_rows_[sz((t * g + gi) * d)];
           for (int c = 0; c < d; ++c) acc[c] = acc[c] * step.rescale + step.weight * v_row_[sz(c)];
         }

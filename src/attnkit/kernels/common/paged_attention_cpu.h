@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnkit/core/tensor.h"
+#include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/kernels/common/score.h"
 #include "attnkit/kernels/common/softmax_state.h"
 #include "attnkit/kv/layout.h"
@@ -25,12 +26,16 @@ struct PagedAttentionParams {
   int head_size = 0;
   std::span<const float> alibi_slopes;  // empty or [num_q_heads]
   std::span<const float> sinks;         // empty or [num_q_heads], logits
+  // D1: the cache holds this rank's share of each request; masks and ALiBi stay global (set per
+  // call from the metadata).
+  ContextParallel context_parallel;
 };
 
 // One request as the kernel sees it. Query row t of the request is row `query_begin + t` of the
-// query/output/LSE tensors and sits at absolute position (seq_len - query_len) + t.
+// query/output/LSE tensors and sits at absolute position (seq_len - query_len) + t. With context
+// parallelism the pages hold the rank's local_count(seq_len) keys.
 struct PagedSequence {
-  std::span<const std::int32_t> pages;  // logical page n -> physical page; needs ceil(seq_len / B)
+  std::span<const std::int32_t> pages;  // logical page n -> physical page; needs ceil(keys stored / B)
   std::int64_t seq_len = 0;
   std::int64_t query_begin = 0;
   std::int64_t query_len = 0;

@@ -1,0 +1,256 @@
+// D1 on one GPU: several context-parallel ranks, each a ModelRunner on its own thread and stream
+// over its own share of the KV, joined by the in-process all-gather (device copies), must give
+// every rank the output and LSE of one unsplit GPU_REFERENCE run on the same steps: prefills,
+// decodes and an extend, with soft-cap, ALiBi, sinks and a sliding window. The invariant checker
+// runs on every rank's views after every step. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnkit/platform/device_tensor.h"
+#include "attnkit/platform/platform.h"
+#include "attnkit/runner/model_runner.h"
+
+#if ATTNKIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "attnkit/parallel/in_process_group.h"
+#include "support/hand_step.h"
+#include "support/guarded_device_buffer.h"
+#endif
+
+namespace attnkit {
+namespace {
+
+#if ATTNKIT_HAVE_CUDA
+
+constexpr int kQHeads = 8, kKVHeads = 2, kHeadSize = 128, kBlock = 64, kMaxTokens = 128, kMaxModelLen = 512;
+
+bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
+
+// Four bf16 layers: plain; soft-cap and ALiBi; sinks; a sliding window (its own KV group).
+std::vector<LayerSpec> model() {
+  std::vector<LayerSpec> layers;
+  for (int i = 0; i < 4; ++i) {
+    LayerSpec l;
+    l.name = "layers." + std::to_string(i) + ".attn";
+    l.params.num_q_heads = kQHeads;
+    l.params.num_kv_heads = kKVHeads;
+    l.params.head_size = kHeadSize;
+    l.params.dtype = DType::kBFloat16;
+    l.params.kv_cache_dtype = DType::kBFloat16;
+    l.kv_spec.block_size = kBlock;
+    l.kv_spec.num_kv_heads = kKVHeads;
+    l.kv_spec.head_size = kHeadSize;
+    l.kv_spec.dtype = DType::kBFloat16;
+    if (i == 1) {
+      l.params.soft_cap = 5.0f;
+      for (int h = 0; h < kQHeads; ++h) l.params.alibi_slopes.push_back(0.05f * static_cast<float>(h + 1));
+    }
+    if (i == 2) {
+      for (int h = 0; h < kQHeads; ++h) l.params.sinks.push_back(0.25f * static_cast<float>(h) - 0.5f);
+    }
+    if (i == 3) {
+      l.params.sliding_window = 50;
+      l.kv_spec.kind = KVSpecKind::kSlidingWindow;
+      l.kv_spec.sliding_window = 50;
+    }
+    layers.push_back(l);
+  }
+  return layers;
+}
+
+RunnerConfig config(const std::string& backend) {
+  RunnerConfig c;
+  const GpuProbe p = probe_gpu();
+  c.platform = Platform::cuda(p.compute_capability, p.device_name);
+  c.backend = backend;
+  c.max_num_reqs = 8;
+  c.max_num_tokens = kMaxTokens;
+  c.max_model_len = kMaxModelLen;
+  c.num_manager_blocks = 64;
+  return c;
+}
+
+// Requests (query_len, context); block b of request r is 8 r + b in every KV group.
+testing::HandStep make_step(const std::vector<std::pair<int, int>>& requests) {
+  testing::HandStep s;
+  s.row_stride = kMaxModelLen / kBlock;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    s.ids.push_back(static_cast<std::int32_t>(r));
+    s.query_lens.push_back(requests[r].first);
+    s.computed.push_back(requests[r].second);
+    for (int b = 0; b < s.row_stride; ++b) s.rows.push_back(static_cast<std::int32_t>(8 * r + b));
+  }
+  return s;
+}
+
+// Prefills longer than a page, decodes, an extend of 3 and a request joining late.
+const std::vector<std::vector<std::pair<int, int>>> kSteps = {
+    {{70, 0}, {7, 0}},
+    {{1, 70}, {1, 7}, {33, 0}},
+    {{1, 71}, {3, 8}, {1, 33}},
+    {{1, 72}, {1, 11}, {1, 34}},
+    {{1, 73}, {1, 12}, {1, 35}},
+};
+
+// Q/K/V of every step and layer, uniform in [-1, 1] (never zeros), the same for every run.
+struct StepInputs {
+  std::vector<HostTensor> q, k, v;  // per layer
+};
+std::vector<StepInputs> make_inputs(int layers) {
+  std::mt19937 rng(91);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<StepInputs> all;
+  for (const auto& step : kSteps) {
+    std::int64_t tokens = 0;
+    for (const auto& r : step) tokens += r.first;
+    StepInputs in;
+    for (int l = 0; l < layers; ++l) {
+      in.q.emplace_back(DType::kBFloat16, std::vector<std::int64_t>{tokens, kQHeads, kHeadSize});
+      in.k.emplace_back(DType::kBFloat16, std::vector<std::int64_t>{tokens, kKVHeads, kHeadSize});
+      in.v.emplace_back(DType::kBFloat16, std::vector<std::int64_t>{tokens, kKVHeads, kHeadSize});
+      for (HostTensor* t : {&in.q.back(), &in.k.back(), &in.v.back()}) {
+        for (std::int64_t i = 0; i < t->view().numel(); ++i) t->view().set_flat(i, u(rng));
+      }
+    }
+    all.push_back(std::move(in));
+  }
+  return all;
+}
+
+// Outputs and LSEs of every step and layer of one run (host copies).
+struct RunOutputs {
+  std::vector<std::vector<HostTensor>> out, lse;  // [step][layer]
+};
+
+// One rank (or the unsplit run when `group` is null) over every step, on its own stream.
+RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs, ContextParallel cp,
+               ContextParallelGroup* group) {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) throw Error("stream", "", "");
+  RunnerConfig c = config(backend);
+  c.context_parallel = cp;
+  c.context_parallel_group = group;
+  c.check_invariants = group != nullptr;  // V1-V9 on the rank's own views
+  const std::vector<LayerSpec> layers = model();
+  ModelRunner runner(layers, c);
+  RunOutputs result;
+  for (std::size_t s = 0; s < kSteps.size(); ++s) {
+    testing::HandStep step = make_step(kSteps[s]);
+    const std::int64_t tokens = step.tokens();
+    std::vector<DeviceTensor> q, k, v, out, lse;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      q.emplace_back(cuda_device_memory(), inputs[s].q[l].view());
+      k.emplace_back(cuda_device_memory(), inputs[s].k[l].view());
+      v.emplace_back(cuda_device_memory(), inputs[s].v[l].view());
+      out.emplace_back(cuda_device_memory(), DType::kBFloat16, std::vector<std::int64_t>{tokens, kQHeads, kHeadSize});
+      lse.emplace_back(cuda_device_memory(), DType::kFloat32, std::vector<std::int64_t>{tokens, kQHeads});
+      out.back().fill(std::nanf(""));  // an unwritten element shows
+      lse.back().fill(std::nanf(""));
+    }
+    (void)cudaDeviceSynchronize();  // the uploads (legacy stream) before this stream's work
+    runner.prepare_step(step.input(), Stream{stream});
+    {
+      ForwardContextScope scope(runner.forward_context());
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        ModelRunner::unified_attention(runner.layer_id_at(static_cast<std::int32_t>(l)), q[l], k[l], v[l], out[l],
+                                       lse[l], Stream{stream});
+      }
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) throw Error("cudaStreamSynchronize", "failed", "cudaSuccess");
+    result.out.emplace_back();
+    result.lse.emplace_back();
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      result.out.back().push_back(out[l].to_host());
+      result.lse.back().push_back(lse[l].to_host());
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+  return result;
+}
+
+struct CpCase {
+  std::string backend;
+  int size;
+  int interleave;
+};
+
+class ContextParallelOnOneGpu : public ::testing::TestWithParam<CpCase> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no GPU here";
+  }
+};
+
+TEST_P(ContextParallelOnOneGpu, EveryRankMatchesTheUnsplitReference) {
+  const CpCase p = GetParam();
+  const std::vector<StepInputs> inputs = make_inputs(static_cast<int>(model().size()));
+  const RunOutputs reference = run("GPU_REFERENCE", inputs, {}, nullptr);
+
+  auto hub = std::make_shared<InProcessHub>(p.size, /*device_memory=*/true);
+  std::vector<RunOutputs> ranks(static_cast<std::size_t>(p.size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < p.size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        InProcessContextParallelGroup group(hub, rank);
+        ranks[static_cast<std::size_t>(rank)] = run(p.backend, inputs, {p.size, rank, p.interleave}, &group);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        std::abort();  // the other ranks wait in the all-gather: fail loudly, do not hang
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  // bf16: the reference rounds once (half an ulp, 2^-8 relative); each rank's partial is rounded
+  // to bf16 before the merge, at most half an ulp of |partial| <= max |V| = 1.
+  const double rel = std::ldexp(1.0, -7), abs_tol = std::ldexp(1.0, -8) + 1e-4;
+  for (int rank = 0; rank < p.size; ++rank) {
+    int bad = 0;
+    for (std::size_t s = 0; s < kSteps.size(); ++s) {
+      for (std::size_t l = 0; l < reference.out[s].size(); ++l) {
+        const HostTensorView want = reference.out[s][l].view();
+        const HostTensorView got = ranks[static_cast<std::size_t>(rank)].out[s][l].view();
+        for (std::int64_t e = 0; e < want.numel(); ++e) {
+          const double w = want.flat(e), g = got.flat(e);
+          if (!(std::abs(g - w) <= rel * std::abs(w) + abs_tol)) {
+            if (bad++ < 5) ADD_FAILURE() << "rank " << rank << " step " << s << " layer " << l << " element " << e << ": " << g << " vs " << w;
+          }
+        }
+        const HostTensorView want_lse = reference.lse[s][l].view();
+        const HostTensorView got_lse = ranks[static_cast<std::size_t>(rank)].lse[s][l].view();
+        for (std::int64_t e = 0; e < want_lse.numel(); ++e) {
+          if (!(std::abs(got_lse.flat(e) - want_lse.flat(e)) <= 1e-3 * (1.0 + std::abs(want_lse.flat(e))))) {
+            if (bad++ < 5) ADD_FAILURE() << "rank " << rank << " step " << s << " layer " << l << " lse " << e << ": " << got_lse.flat(e) << " vs " << want_lse.flat(e);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelOnOneGpu,
+                         ::testing::Values(CpCase{"GPU_REFERENCE", 2, 1}, CpCase{"VARLEN", 2, 1},
+                                           CpCase{"VARLEN", 4, 16}, CpCase{"VARLEN", 4, 1}),
+                         [](const ::testing::TestParamInfo<CpCase>& info) {
+                           return info.param.backend + "_size" + std::to_string(info.param.size) + "_interleave" +
+                                  std::to_string(info.param.interleave);
+                         });
+
+#else
+TEST(ContextParallelOnOneGpu, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+}  // namespace
+}  // namespace attnkit
