@@ -20,7 +20,7 @@ if [[ -n "$python_include" ]]; then
   python_targets=(attnkit_python)
 fi
 # The step breakdown and the host-path benchmark (scripts/device_step_bench.sh runs both).
-bench_targets=(attnkit_step_bench attnkit_host_bench)
+bench_targets=(attnkit_step_bench attnkit_host_bench attnkit_cp_bench)
 cmake --build build-dev -j "$(nproc)" --target "${targets[@]}" "${bench_targets[@]}" "${python_targets[@]}"
 rm -rf build-device && mkdir -p build-device
 cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-dev/bench/attnkit_attention_bench build-device/

@@ -62,6 +62,9 @@ run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 --kernel-nam
 run varlen_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run varlen_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_backends" --gtest_filter='VarlenCuda.LongDecodes*'
 run demo_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/attnkit" demo
+# D1: two context-parallel ranks (threads) on VARLEN with the all-gather and the merge kernel.
+run cp_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_parallel" --gtest_filter='*OnOneGpu*VARLEN_size2*'
+run cp_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_parallel" --gtest_filter='*OnOneGpu*VARLEN_size2*'
 # cuDNN's own SDPA kernels (CUDNN backend) are left out of racecheck: racecheck reports shared-memory
 # hazards inside them (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_*, 384 on
 # 2026-12-01) that we cannot inspect or change; memcheck covers them. The unfiltered count is logged.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -23,6 +24,9 @@
 #include <cuda_runtime.h>
 
 #include "attnkit/parallel/in_process_group.h"
+#if ATTNKIT_HAVE_NCCL_GROUP
+#include "attnkit/parallel/nccl_group.h"
+#endif
 #include "support/hand_step.h"
 #include "support/guarded_device_buffer.h"
 #endif
@@ -132,9 +136,11 @@ struct RunOutputs {
   std::vector<std::vector<HostTensor>> out, lse;  // [step][layer]
 };
 
-// One rank (or the unsplit run when `group` is null) over every step, on its own stream.
+// One rank (or the unsplit run when `group` is null) over every step, on its own stream. With
+// `replay_last_step`, the last step's layers are also captured into a CUDA graph and replayed, and
+// the replay must write the same bytes as the eager run.
 RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs, ContextParallel cp,
-               ContextParallelGroup* group) {
+               ContextParallelGroup* group, bool replay_last_step = false) {
   cudaStream_t stream = nullptr;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) throw Error("stream", "", "");
   RunnerConfig c = config(backend);
@@ -167,6 +173,36 @@ RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs
       }
     }
     if (cudaStreamSynchronize(stream) != cudaSuccess) throw Error("cudaStreamSynchronize", "failed", "cudaSuccess");
+    if (replay_last_step && s + 1 == kSteps.size()) {
+      // C1-C3: the layers (KV update, local attention, all-gather, merge) as one graph, replayed
+      // over the same prepared step; the KV update rewrites the same slots with the same values.
+      std::vector<HostTensor> eager;
+      for (const DeviceTensor& o : out) eager.push_back(o.to_host());
+      for (DeviceTensor& o : out) o.fill(std::nanf(""));
+      (void)cudaDeviceSynchronize();
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw Error("capture", "", "");
+      {
+        ForwardContextScope scope(runner.forward_context());
+        for (std::size_t l = 0; l < layers.size(); ++l) {
+          ModelRunner::unified_attention(runner.layer_id_at(static_cast<std::int32_t>(l)), q[l], k[l], v[l], out[l],
+                                         lse[l], Stream{stream});
+        }
+      }
+      if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+          cudaGraphLaunch(exec, stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
+        throw Error("CUDA graph of a context-parallel step", "failed", "captured and replayed");
+      }
+      (void)cudaGraphExecDestroy(exec);
+      (void)cudaGraphDestroy(graph);
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        const HostTensor replayed = out[l].to_host();
+        if (std::memcmp(replayed.view().data, eager[l].view().data, eager[l].bytes()) != 0) {
+          throw Error("replayed output of layer " + std::to_string(l), "differs", "the eager bytes");
+        }
+      }
+    }
     result.out.emplace_back();
     result.lse.emplace_back();
     for (std::size_t l = 0; l < layers.size(); ++l) {
@@ -247,6 +283,52 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelOnOneGpu,
                            return info.param.backend + "_size" + std::to_string(info.param.size) + "_interleave" +
                                   std::to_string(info.param.interleave);
                          });
+
+// The real thing: one rank per GPU (a thread each, its own device and stream), NCCL's all-gather
+// between them, every GPU's output equal to the unsplit reference on GPU 0; the last step's layers
+// also replay from a CUDA graph. Skips with fewer than 2 GPUs or without attnkit_nccl.
+TEST(ContextParallelOverNccl, EveryGpuMatchesTheUnsplitReferenceAndReplaysFromAGraph) {
+#if ATTNKIT_HAVE_NCCL_GROUP
+  int gpus = 0;
+  if (!have_gpu() || cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs 2 GPUs or more";
+  const int size = gpus >= 4 ? 4 : 2;
+  const std::vector<StepInputs> inputs = make_inputs(static_cast<int>(model().size()));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const RunOutputs reference = run("GPU_REFERENCE", inputs, {}, nullptr);
+  const NcclUniqueIdBytes id = nccl_unique_id();
+  std::vector<RunOutputs> ranks(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        if (cudaSetDevice(rank) != cudaSuccess) throw Error("cudaSetDevice", std::to_string(rank), "a GPU");
+        NcclContextParallelGroup group(id, size, rank);
+        ranks[static_cast<std::size_t>(rank)] = run("VARLEN", inputs, {size, rank, 1}, &group, /*replay=*/true);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        std::abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double rel = std::ldexp(1.0, -7), abs_tol = std::ldexp(1.0, -8) + 1e-4;
+  for (int rank = 0; rank < size; ++rank) {
+    int bad = 0;
+    for (std::size_t s = 0; s < kSteps.size(); ++s) {
+      for (std::size_t l = 0; l < reference.out[s].size(); ++l) {
+        const HostTensorView want = reference.out[s][l].view();
+        const HostTensorView got = ranks[static_cast<std::size_t>(rank)].out[s][l].view();
+        for (std::int64_t e = 0; e < want.numel(); ++e) {
+          if (!(std::abs(got.flat(e) - want.flat(e)) <= rel * std::abs(want.flat(e)) + abs_tol)) ++bad;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "GPU " << rank;
+  }
+#else
+  GTEST_SKIP() << "built without attnkit_nccl";
+#endif
+}
 
 #else
 TEST(ContextParallelOnOneGpu, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }

@@ -16,11 +16,14 @@
 #include <vector>
 
 #include "attnkit/core/error.h"
+#include "attnkit/invariants/checker.h"
+#include "attnkit/kv/slot_mapping.h"
 #include "attnkit/kernels/common/context_parallel.h"
 #include "attnkit/parallel/context_parallel_group.h"
 #include "attnkit/parallel/context_parallel_merge.h"
 #include "attnkit/parallel/in_process_group.h"
 #include "attnkit/runner/model_runner.h"
+#include "attnkit/runner/step_snapshot.h"
 #include "support/runner_driver.h"
 
 namespace attnkit::testing {
@@ -263,6 +266,45 @@ INSTANTIATE_TEST_SUITE_P(
       return s.backend + "_size" + std::to_string(s.size) + "_interleave" + std::to_string(s.interleave) + "_block" +
              std::to_string(s.block_size) + (s.features ? "_features_" : "_") + std::string(to_string(s.dtype));
     });
+
+// ---- the invariant checker on a rank's views -----------------------------------------------------
+
+// V5/V6 read a rank's pages and slots: its share of each request, the other ranks' tokens as
+// padding. A prepared step of rank 0 of 2 passes; a slot for a token rank 1 stores, or a token
+// of rank 0 sent to the global position's slot instead of its local one, is reported.
+TEST(ContextParallelInvariants, ARanksViewsPassAndItsMistakesAreReported) {
+  auto hub = std::make_shared<InProcessHub>(2, false);
+  InProcessContextParallelGroup group(hub, 0);
+  RunnerConfig c = small_runner_config();
+  c.backend = "REFERENCE";
+  c.context_parallel = {2, 0, 1};
+  c.context_parallel_group = &group;
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, c);
+  RunnerDriver driver(runner, 5);
+  driver.prepare({{0, 21}, {1, 6}});  // two prefills: tokens 0..20 and 21..26, positions from 0
+  StepSnapshot snapshot = snapshot_of(runner);
+  const auto valid = check_invariants(snapshot);
+  EXPECT_TRUE(valid.empty()) << (valid.empty() ? "" : valid.front().message);
+  GroupSnapshot& g = snapshot.groups[0];
+  ASSERT_EQ(g.slot_mapping[1], kPaddingSlot) << "position 1 is rank 1's";
+  ASSERT_NE(g.slot_mapping[2], kPaddingSlot) << "position 2 is rank 0's";
+  const std::vector<std::int64_t> slots = g.slot_mapping;
+  auto reported = [&](int invariant, const std::string& culprit) {
+    for (const Violation& v : check_invariants(snapshot)) {
+      if (v.invariant == invariant && v.message.find(culprit) != std::string::npos) return true;
+    }
+    return false;
+  };
+  g.slot_mapping[1] = g.slot_mapping[2] + 1;  // rank 0 would write rank 1's token
+  EXPECT_TRUE(reported(6, "but rank 1 stores it"));
+  g.slot_mapping = slots;
+  // Position 2 is rank 0's local key 1 (offset 1 of its first page of 8), not offset 2.
+  const std::int64_t page = runner.kv_groups()[0].geometry.kernel_block_size;
+  ASSERT_EQ(page, 8);
+  ASSERT_EQ(slots[2], g.block_row(0)[0] * page + 1);
+  g.slot_mapping[2] = g.block_row(0)[0] * page + 2;
+  EXPECT_TRUE(reported(6, "token 2 (request 0"));
+}
 
 // ---- what the runner refuses ---------------------------------------------------------------------
 
