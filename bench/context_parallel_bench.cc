@@ -97,11 +97,13 @@ Timing run_rank(const Options& o, int requests, int context, int size, int rank,
   }
   ModelRunner runner({spec}, c);
   const LayerId id = runner.layer_id_at(0);
+  // The data are a function of the workload (bench_inputs.h), the same for every GPU count.
+  const std::string workload = "cp_decode_" + std::to_string(requests) + "x" + std::to_string(context);
   const KVCacheView& kv = runner.kv_cache(id);
-  fill_device_random(kv.data, static_cast<std::uint64_t>(kv.num_bytes() / 2), DType::kBFloat16, seed_of(1) + rank,
+  fill_device_random(kv.data, static_cast<std::uint64_t>(kv.num_bytes() / 2), DType::kBFloat16, seed_of(workload, kKeySalt) + static_cast<std::uint64_t>(rank),
                      -1.0f, 1.0f);
   // Every rank gets the same block table (D1: one block ID holds each rank's share).
-  const std::vector<std::int32_t> perm = block_permutation(seed_of(2), c.num_manager_blocks);
+  const std::vector<std::int32_t> perm = block_permutation(seed_of(workload, kBlockSalt), c.num_manager_blocks);
   std::vector<std::int32_t> ids(requests), qlens(requests, 1), computed(requests, context - 1);
   for (int r = 0; r < requests; ++r) ids[r] = r;
   const ManagerBlockTable table{perm, blocks_per_request};
@@ -113,9 +115,9 @@ Timing run_rank(const Options& o, int requests, int context, int size, int rank,
   MemoryResource& mem = cuda_device_memory();
   DeviceTensor q(mem, DType::kBFloat16, {requests, kQHeads, kHeadSize}), k(mem, DType::kBFloat16, {requests, kKVHeads, kHeadSize}),
       v(mem, DType::kBFloat16, {requests, kKVHeads, kHeadSize}), out(mem, DType::kBFloat16, {requests, kQHeads, kHeadSize});
-  fill_device_random(q.view().data, static_cast<std::uint64_t>(q.view().numel()), DType::kBFloat16, seed_of(3), -1, 1);
-  fill_device_random(k.view().data, static_cast<std::uint64_t>(k.view().numel()), DType::kBFloat16, seed_of(4), -1, 1);
-  fill_device_random(v.view().data, static_cast<std::uint64_t>(v.view().numel()), DType::kBFloat16, seed_of(5), -1, 1);
+  fill_device_random(q.view().data, static_cast<std::uint64_t>(q.view().numel()), DType::kBFloat16, seed_of(workload, kQuerySalt), -1, 1);
+  fill_device_random(k.view().data, static_cast<std::uint64_t>(k.view().numel()), DType::kBFloat16, seed_of(workload, kValueSalt) + 1, -1, 1);
+  fill_device_random(v.view().data, static_cast<std::uint64_t>(v.view().numel()), DType::kBFloat16, seed_of(workload, kValueSalt), -1, 1);
   CUDA_TRY(cudaDeviceSynchronize());
   runner.prepare_step(step, Stream{stream});
   const LayerContext& ctx = runner.forward_context().layer(id);

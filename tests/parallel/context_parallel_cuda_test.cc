@@ -164,7 +164,11 @@ RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs
       lse.back().fill(std::nanf(""));
     }
     (void)cudaDeviceSynchronize();  // the uploads (legacy stream) before this stream's work
-    runner.prepare_step(step.input(), Stream{stream});
+    // The same rows for both KV groups (full attention and the window's); each has its own blocks.
+    StepInput input = step.input();
+    const std::vector<ManagerBlockTable> tables(runner.kv_groups().size(), step.tables.front());
+    input.block_tables = tables;
+    runner.prepare_step(input, Stream{stream});
     {
       ForwardContextScope scope(runner.forward_context());
       for (std::size_t l = 0; l < layers.size(); ++l) {
