@@ -52,8 +52,10 @@ InProcessContextParallelGroup::InProcessContextParallelGroup(std::shared_ptr<InP
 }
 
 void InProcessContextParallelGroup::all_gather(void* buffer, std::size_t bytes_per_rank, Stream stream) {
-  synchronize(stream);  // this rank's contribution is in its buffer
   auto& hub = *hub_;
+  // CUDA: this rank's contribution is in its buffer. (The CPU platform computed it already; its
+  // stream is no CUDA stream, even in a build with CUDA.)
+  if (hub.device_memory()) synchronize(stream);
   {
     std::lock_guard lock(hub.mutex_);
     hub.buffers_[static_cast<std::size_t>(rank_)] = buffer;
@@ -79,7 +81,7 @@ void InProcessContextParallelGroup::all_gather(void* buffer, std::size_t bytes_p
 #endif
     std::memcpy(dst, src, bytes_per_rank);
   }
-  synchronize(stream);    // the copies ran (device-to-device copies do not block the host)
+  if (hub.device_memory()) synchronize(stream);  // the copies ran (device copies do not block the host)
   hub.arrive_and_wait();  // every rank has read every other's buffer
 }
 
