@@ -9,5 +9,5 @@ source scripts/device_env.sh
 out="${OUT:-$PWD/device-out}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-build-device/attnkit_cp_bench --requests "${REQUESTS:-1,2,4,8}" --contexts "${CONTEXTS:-131072,524288,1048576}" \
+ATTNKIT_COMMIT="$(cat build-device/COMMIT 2>/dev/null || echo unknown)" build-device/attnkit_cp_bench --requests "${REQUESTS:-1,2,4,8}" --contexts "${CONTEXTS:-131072,524288,1048576}" \
   --iters "${ITERS:-20}" --out "$out" "$@"
