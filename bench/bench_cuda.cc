@@ -89,6 +89,21 @@ Stats stats_of(std::vector<double> v) {
 
 json stats_json(const Stats& s) { return {{"median", s.median}, {"min", s.min}, {"p90", s.p90}, {"max", s.max}}; }
 
+LayerSpec bf16_attention_layer(std::string name, int num_q_heads, int num_kv_heads, int head_size, int block_size) {
+  LayerSpec l;
+  l.name = std::move(name);
+  l.params.num_q_heads = num_q_heads;
+  l.params.num_kv_heads = num_kv_heads;
+  l.params.head_size = head_size;
+  l.params.dtype = DType::kBFloat16;
+  l.params.kv_cache_dtype = DType::kBFloat16;
+  l.kv_spec.block_size = block_size;
+  l.kv_spec.num_kv_heads = num_kv_heads;
+  l.kv_spec.head_size = head_size;
+  l.kv_spec.dtype = DType::kBFloat16;
+  return l;
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);

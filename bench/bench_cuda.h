@@ -18,6 +18,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/platform/stream.h"
+#include "attnkit/runner/model_runner.h"
 #include "bench_inputs.h"
 
 namespace attnkit::bench {
@@ -116,6 +117,10 @@ struct Stats {
 // p90: nearest rank (the smallest value with at least 90% of the samples at or below it).
 Stats stats_of(std::vector<double> v);
 nlohmann::json stats_json(const Stats& s);  // {median, min, p90, max}
+
+// A full-attention layer with bf16 activations and KV, its KV spec matching its parameters, in
+// manager blocks of `block_size` tokens: the layer the decode benchmarks run.
+LayerSpec bf16_attention_layer(std::string name, int num_q_heads, int num_kv_heads, int head_size, int block_size);
 
 // printf-style formatting of one number ("%.3f").
 std::string fmt(const char* f, double v);

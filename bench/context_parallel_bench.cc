@@ -59,28 +59,14 @@ struct Timing {
   Stats layer_ms, local_ms, gather_ms, merge_ms;
 };
 
-LayerSpec layer() {
-  LayerSpec l;
-  l.name = "attn";
-  l.params.num_q_heads = kQHeads;
-  l.params.num_kv_heads = kKVHeads;
-  l.params.head_size = kHeadSize;
-  l.params.dtype = DType::kBFloat16;
-  l.params.kv_cache_dtype = DType::kBFloat16;
-  l.kv_spec.num_kv_heads = kKVHeads;
-  l.kv_spec.head_size = kHeadSize;
-  l.kv_spec.dtype = DType::kBFloat16;
-  return l;
-}
-
 // One rank of one workload: a runner over this GPU's share, random KV, `iters` timed decode steps
 // of R requests at context L (the same step each time: the timing is of the layer, not of growth).
 Timing run_rank(const Options& o, int requests, int context, int size, int rank, ContextParallelGroup* group) {
   CUDA_TRY(cudaSetDevice(rank));
   cudaStream_t stream = nullptr;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  LayerSpec spec = layer();
-  spec.kv_spec.block_size = kPage * size;  // a manager block holds one kernel page of every rank
+  // A manager block holds one kernel page of every rank.
+  const LayerSpec spec = bf16_attention_layer("attn", kQHeads, kKVHeads, kHeadSize, kPage * size);
   RunnerConfig c;
   const GpuProbe probe = probe_gpu();
   c.platform = Platform::cuda(probe.compute_capability, probe.device_name);
@@ -123,9 +109,8 @@ Timing run_rank(const Options& o, int requests, int context, int size, int rank,
   const LayerContext& ctx = runner.forward_context().layer(id);
   // The pieces alone, on buffers of the layer's shapes.
   const PartialsLayout layout = partials_layout(requests, kQHeads, kHeadSize, DType::kBFloat16);
-  DeviceTensor partials(mem, DType::kBFloat16,
-                        {static_cast<std::int64_t>(layout.bytes_per_rank * size / 2)});  // bytes / 2 elements
-  partials.fill(0.0f);
+  DeviceBuffer partials(layout.bytes_per_rank * static_cast<std::size_t>(size));
+  CUDA_TRY(cudaMemset(partials.get(), 0, partials.bytes()));
   DeviceTensor local_out(mem, DType::kBFloat16, {requests, kQHeads, kHeadSize});
   DeviceTensor local_lse(mem, DType::kFloat32, {requests, kQHeads});
   auto time_it = [&](auto&& work) {
@@ -147,9 +132,9 @@ Timing run_rank(const Options& o, int requests, int context, int size, int rank,
   }
   t.local_ms = time_it([&] { ctx.impl->forward(q, k, v, kv, *ctx.metadata, local_out, local_lse, Stream{stream}); });
   if (group != nullptr) {
-    t.gather_ms = time_it([&] { group->all_gather(partials.view().data, layout.bytes_per_rank, Stream{stream}); });
+    t.gather_ms = time_it([&] { group->all_gather(partials.get(), layout.bytes_per_rank, Stream{stream}); });
     t.merge_ms = time_it([&] {
-      merge_context_parallel({partials.view().data, layout, size, requests, nullptr}, out, {}, Stream{stream});
+      merge_context_parallel({partials.get(), layout, size, nullptr}, out, {}, Stream{stream});
     });
   }
   CUDA_TRY(cudaStreamDestroy(stream));

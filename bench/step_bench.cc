@@ -182,18 +182,7 @@ Options parse(int argc, char** argv, bool& help) {
 std::vector<LayerSpec> model(int num_layers) {
   std::vector<LayerSpec> layers;
   for (int i = 0; i < num_layers; ++i) {
-    LayerSpec l;
-    l.name = "layers." + std::to_string(i) + ".attn";
-    l.params.num_q_heads = kQHeads;
-    l.params.num_kv_heads = kKVHeads;
-    l.params.head_size = kHeadSize;
-    l.params.dtype = DType::kBFloat16;
-    l.params.kv_cache_dtype = DType::kBFloat16;
-    l.kv_spec.block_size = kPage;
-    l.kv_spec.num_kv_heads = kKVHeads;
-    l.kv_spec.head_size = kHeadSize;
-    l.kv_spec.dtype = DType::kBFloat16;
-    layers.push_back(l);
+    layers.push_back(bf16_attention_layer("layers." + std::to_string(i) + ".attn", kQHeads, kKVHeads, kHeadSize, kPage));
   }
   return layers;
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,6 +29,7 @@
 #include "attnkit/parallel/nccl_group.h"
 #endif
 #include "support/hand_step.h"
+#include "support/runner_driver.h"
 #include "support/guarded_device_buffer.h"
 #endif
 
@@ -44,28 +46,14 @@ bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
 std::vector<LayerSpec> model() {
   std::vector<LayerSpec> layers;
   for (int i = 0; i < 4; ++i) {
-    LayerSpec l;
-    l.name = "layers." + std::to_string(i) + ".attn";
-    l.params.num_q_heads = kQHeads;
-    l.params.num_kv_heads = kKVHeads;
-    l.params.head_size = kHeadSize;
-    l.params.dtype = DType::kBFloat16;
-    l.params.kv_cache_dtype = DType::kBFloat16;
-    l.kv_spec.block_size = kBlock;
-    l.kv_spec.num_kv_heads = kKVHeads;
-    l.kv_spec.head_size = kHeadSize;
-    l.kv_spec.dtype = DType::kBFloat16;
+    LayerSpec l = testing::attention_layer("layers." + std::to_string(i) + ".attn", kQHeads, kKVHeads, kHeadSize,
+                                           kBlock, /*window=*/i == 3 ? 50 : 0, DType::kBFloat16, DType::kBFloat16);
     if (i == 1) {
       l.params.soft_cap = 5.0f;
       for (int h = 0; h < kQHeads; ++h) l.params.alibi_slopes.push_back(0.05f * static_cast<float>(h + 1));
     }
     if (i == 2) {
       for (int h = 0; h < kQHeads; ++h) l.params.sinks.push_back(0.25f * static_cast<float>(h) - 0.5f);
-    }
-    if (i == 3) {
-      l.params.sliding_window = 50;
-      l.kv_spec.kind = KVSpecKind::kSlidingWindow;
-      l.kv_spec.sliding_window = 50;
     }
     layers.push_back(l);
   }
@@ -218,6 +206,53 @@ RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs
   return result;
 }
 
+// Every rank of a group, each on its own thread running `rank_main(rank)`. A rank that throws
+// aborts the test binary: the others would wait for it in the all-gather forever.
+std::vector<RunOutputs> run_ranks(int size, const std::function<RunOutputs(int)>& rank_main) {
+  std::vector<RunOutputs> ranks(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        ranks[static_cast<std::size_t>(rank)] = rank_main(rank);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        std::abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ranks;
+}
+
+// Elements of a rank's outputs and LSEs outside bf16's tolerance of the unsplit reference's (the
+// first few reported): the reference rounds once (half an ulp); each rank's partial is rounded to
+// bf16 before the merge, at most half an ulp of |partial| <= max |V| = 1.
+int mismatches(const RunOutputs& reference, const RunOutputs& got, const std::string& who) {
+  const double rel = testing::relative_tolerance(DType::kBFloat16);
+  const double abs_tol = rel / 2 + 1e-4;
+  int bad = 0;
+  for (std::size_t s = 0; s < kSteps.size(); ++s) {
+    for (std::size_t l = 0; l < reference.out[s].size(); ++l) {
+      const HostTensorView want = reference.out[s][l].view(), out = got.out[s][l].view();
+      for (std::int64_t e = 0; e < want.numel(); ++e) {
+        if (!(std::abs(out.flat(e) - want.flat(e)) <= rel * std::abs(want.flat(e)) + abs_tol) && bad++ < 5) {
+          ADD_FAILURE() << who << " step " << s << " layer " << l << " element " << e << ": " << out.flat(e)
+                        << " vs " << want.flat(e);
+        }
+      }
+      const HostTensorView want_lse = reference.lse[s][l].view(), lse = got.lse[s][l].view();
+      for (std::int64_t e = 0; e < want_lse.numel(); ++e) {
+        if (!(std::abs(lse.flat(e) - want_lse.flat(e)) <= 1e-3 * (1.0 + std::abs(want_lse.flat(e)))) && bad++ < 5) {
+          ADD_FAILURE() << who << " step " << s << " layer " << l << " lse " << e << ": " << lse.flat(e) << " vs "
+                        << want_lse.flat(e);
+        }
+      }
+    }
+  }
+  return bad;
+}
+
 struct CpCase {
   std::string backend;
   int size;
@@ -237,46 +272,12 @@ TEST_P(ContextParallelOnOneGpu, EveryRankMatchesTheUnsplitReference) {
   const RunOutputs reference = run("GPU_REFERENCE", inputs, {}, nullptr);
 
   auto hub = std::make_shared<InProcessHub>(p.size, /*device_memory=*/true);
-  std::vector<RunOutputs> ranks(static_cast<std::size_t>(p.size));
-  std::vector<std::thread> threads;
+  const std::vector<RunOutputs> ranks = run_ranks(p.size, [&](int rank) {
+    InProcessContextParallelGroup group(hub, rank);
+    return run(p.backend, inputs, {p.size, rank, p.interleave}, &group);
+  });
   for (int rank = 0; rank < p.size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        InProcessContextParallelGroup group(hub, rank);
-        ranks[static_cast<std::size_t>(rank)] = run(p.backend, inputs, {p.size, rank, p.interleave}, &group);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        std::abort();  // the other ranks wait in the all-gather: fail loudly, do not hang
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-
-  // bf16: the reference rounds once (half an ulp, 2^-8 relative); each rank's partial is rounded
-  // to bf16 before the merge, at most half an ulp of |partial| <= max |V| = 1.
-  const double rel = std::ldexp(1.0, -7), abs_tol = std::ldexp(1.0, -8) + 1e-4;
-  for (int rank = 0; rank < p.size; ++rank) {
-    int bad = 0;
-    for (std::size_t s = 0; s < kSteps.size(); ++s) {
-      for (std::size_t l = 0; l < reference.out[s].size(); ++l) {
-        const HostTensorView want = reference.out[s][l].view();
-        const HostTensorView got = ranks[static_cast<std::size_t>(rank)].out[s][l].view();
-        for (std::int64_t e = 0; e < want.numel(); ++e) {
-          const double w = want.flat(e), g = got.flat(e);
-          if (!(std::abs(g - w) <= rel * std::abs(w) + abs_tol)) {
-            if (bad++ < 5) ADD_FAILURE() << "rank " << rank << " step " << s << " layer " << l << " element " << e << ": " << g << " vs " << w;
-          }
-        }
-        const HostTensorView want_lse = reference.lse[s][l].view();
-        const HostTensorView got_lse = ranks[static_cast<std::size_t>(rank)].lse[s][l].view();
-        for (std::int64_t e = 0; e < want_lse.numel(); ++e) {
-          if (!(std::abs(got_lse.flat(e) - want_lse.flat(e)) <= 1e-3 * (1.0 + std::abs(want_lse.flat(e))))) {
-            if (bad++ < 5) ADD_FAILURE() << "rank " << rank << " step " << s << " layer " << l << " lse " << e << ": " << got_lse.flat(e) << " vs " << want_lse.flat(e);
-          }
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0) << "rank " << rank;
+    EXPECT_EQ(mismatches(reference, ranks[static_cast<std::size_t>(rank)], "rank " + std::to_string(rank)), 0);
   }
 }
 
@@ -300,34 +301,13 @@ TEST(ContextParallelOverNccl, EveryGpuMatchesTheUnsplitReferenceAndReplaysFromAG
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const RunOutputs reference = run("GPU_REFERENCE", inputs, {}, nullptr);
   const NcclUniqueIdBytes id = nccl_unique_id();
-  std::vector<RunOutputs> ranks(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
+  const std::vector<RunOutputs> ranks = run_ranks(size, [&](int rank) {
+    if (cudaSetDevice(rank) != cudaSuccess) throw Error("cudaSetDevice", std::to_string(rank), "a GPU");
+    NcclContextParallelGroup group(id, size, rank);
+    return run("VARLEN", inputs, {size, rank, 1}, &group, /*replay_last_step=*/true);
+  });
   for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        if (cudaSetDevice(rank) != cudaSuccess) throw Error("cudaSetDevice", std::to_string(rank), "a GPU");
-        NcclContextParallelGroup group(id, size, rank);
-        ranks[static_cast<std::size_t>(rank)] = run("VARLEN", inputs, {size, rank, 1}, &group, /*replay=*/true);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        std::abort();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double rel = std::ldexp(1.0, -7), abs_tol = std::ldexp(1.0, -8) + 1e-4;
-  for (int rank = 0; rank < size; ++rank) {
-    int bad = 0;
-    for (std::size_t s = 0; s < kSteps.size(); ++s) {
-      for (std::size_t l = 0; l < reference.out[s].size(); ++l) {
-        const HostTensorView want = reference.out[s][l].view();
-        const HostTensorView got = ranks[static_cast<std::size_t>(rank)].out[s][l].view();
-        for (std::int64_t e = 0; e < want.numel(); ++e) {
-          if (!(std::abs(got.flat(e) - want.flat(e)) <= rel * std::abs(want.flat(e)) + abs_tol)) ++bad;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0) << "GPU " << rank;
+    EXPECT_EQ(mismatches(reference, ranks[static_cast<std::size_t>(rank)], "GPU " + std::to_string(rank)), 0);
   }
 #else
   GTEST_SKIP() << "built without attnkit_nccl";

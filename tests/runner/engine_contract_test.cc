@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/runner/model_runner.h"
+#include "support/error_field.h"
 #include "support/hand_step.h"
 #include "support/runner_driver.h"
 
@@ -27,15 +28,6 @@ struct HandBuiltStep : testing::HandStep {
                 std::vector<std::int32_t> computed_, std::vector<std::int32_t> rows_)
       : HandStep{std::move(ids_), std::move(query_lens_), std::move(computed_), std::move(rows_), 4, {}} {}
 };
-
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.field();
-  }
-  return "no error";
-}
 
 TEST(RequestOrder, TheRunnerTellsTheOrderAndRefusesAnyOther) {
   ModelRunner runner = csr_runner();

@@ -24,6 +24,8 @@ void fill_random(std::mt19937& rng, HostTensor& t) {
   for (std::int64_t i = 0; i < n; ++i) t.view().set_flat(i, u(rng));
 }
 
+}  // namespace
+
 // Tolerance of an output against the float64 expectation: kernels read the same rounded inputs,
 // accumulate in at least float32 (~1e-6 relative, so 2e-5 absolute on outputs bounded by |V| <= 1,
 // recurrent states by 2) and round the result once to the activation dtype (half an ulp); we allow
@@ -35,8 +37,6 @@ double relative_tolerance(DType dtype) {
     default: return std::ldexp(1.0, -22);
   }
 }
-
-}  // namespace
 
 LayerSpec attention_layer(std::string name, int num_q_heads, int num_kv_heads, int head_size, int block_size,
                           int window, DType dtype, DType kv_dtype) {

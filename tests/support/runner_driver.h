@@ -23,6 +23,10 @@ LayerSpec attention_layer(std::string name, int num_q_heads, int num_kv_heads, i
 // A recurrent-state layer (float32 state, one slot per request).
 LayerSpec recurrent_layer(std::string name, int heads, int head_size, DType dtype = DType::kFloat16);
 
+// Tolerance of an output against the float64 expectation, relative: one ulp of `dtype` (the
+// kernels round the result once, to half an ulp).
+double relative_tolerance(DType dtype);
+
 // Small buffers, so a test allocates a few MB: 8 requests, 512 tokens, 64 blocks per group.
 RunnerConfig small_runner_config();
 

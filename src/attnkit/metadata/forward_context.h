@@ -32,7 +32,6 @@ struct LayerContext {
   const BackendCaps* backend = nullptr;
   DType activation_dtype = DType::kFloat16;  // Q, K, V and the output
   std::int32_t num_tokens_padded = 0;        // rows of Q/K/V/output this step
-  std::int32_t num_actual_tokens = 0;        // rows of real tokens this step
   const ContextParallelLayer* context_parallel = nullptr;  // nullptr: not a context-parallel run
 };
 

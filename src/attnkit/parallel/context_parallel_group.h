@@ -19,11 +19,13 @@ using kernels::ContextParallel;
 // The merge gives each rank of a group one lane of a warp.
 inline constexpr std::int32_t kMaxContextParallelSize = 32;
 
-// Start-up: `cp` is a valid placement for KV-cache manager blocks of `manager_block_size` tokens:
-// size >= 1, rank in [0, size), interleave >= 1, and every manager block holds whole turns
-// (manager_block_size a multiple of interleave * size), so each rank stores exactly
-// manager_block_size / size positions of every block. Throws Error naming the field.
-void validate_context_parallel(const ContextParallel& cp, std::int32_t manager_block_size);
+// Start-up: size in [1, kMaxContextParallelSize], rank in [0, size), interleave >= 1. Throws
+// Error naming the field.
+void validate_context_parallel(const ContextParallel& cp);
+// Start-up, per attention layer: a manager block of `manager_block_size` tokens holds whole turns
+// (a multiple of interleave * size), so each rank stores exactly manager_block_size / size
+// positions of every block. Throws Error naming the field.
+void validate_context_parallel_block(const ContextParallel& cp, std::int32_t manager_block_size);
 std::string describe(const ContextParallel& cp);  // "size 2, rank 0, interleave 1"
 
 class ContextParallelGroup {

@@ -37,58 +37,53 @@ namespace {
 
 void check_io(const ContextParallelMergeArgs& a, const TensorView& output, const TensorView& lse) {
   const PartialsLayout& l = a.layout;
-  ATTNKIT_REQUIRE(a.rows >= 0 && a.rows <= l.rows, "context-parallel merge rows", std::to_string(a.rows),
-                  "[0, " + std::to_string(l.rows) + "] (the gathered rows)");
-  ATTNKIT_REQUIRE(output.ndim == 3 && output.dim(0) >= a.rows && output.dim(1) == l.heads &&
+  ATTNKIT_REQUIRE(a.ranks >= 1 && a.ranks <= kMaxContextParallelSize, "context_parallel.size", std::to_string(a.ranks),
+                  "[1, " + std::to_string(kMaxContextParallelSize) + "]");
+  ATTNKIT_REQUIRE(l.head_size >= 4 && l.head_size <= 256 && l.head_size % 4 == 0, "head_size",
+                  std::to_string(l.head_size), "a multiple of 4 up to 256 (the warp merge's chunks)");
+  ATTNKIT_REQUIRE(output.ndim == 3 && output.dim(0) >= l.rows && output.dim(1) == l.heads &&
                       output.dim(2) == l.head_size && output.dtype == l.dtype && output.stride[2] == 1,
                   "output", output.shape_string() + " " + std::string(to_string(output.dtype)),
-                  "[>= " + std::to_string(a.rows) + ", " + std::to_string(l.heads) + ", " +
+                  "[>= " + std::to_string(l.rows) + ", " + std::to_string(l.heads) + ", " +
                       std::to_string(l.head_size) + "] " + std::string(to_string(l.dtype)) + ", head dim contiguous");
-  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= a.rows && lse.dim(1) == l.heads &&
+  ATTNKIT_REQUIRE(lse.empty() || (lse.ndim == 2 && lse.dim(0) >= l.rows && lse.dim(1) == l.heads &&
                                   lse.dtype == DType::kFloat32 && lse.stride[1] == 1),
                   "lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
-                  "empty or [>= " + std::to_string(a.rows) + ", " + std::to_string(l.heads) + "] float32");
+                  "empty or [>= " + std::to_string(l.rows) + ", " + std::to_string(l.heads) + "] float32");
   ATTNKIT_REQUIRE(output.space == lse.space || lse.empty(), "lse memory", std::string(to_string(lse.space)),
                   std::string(to_string(output.space)) + " (the output's)");
 }
 
-// The CPU platform: the same arithmetic as the kernel (float; merge_sink's rule for the sink).
+// The CPU platform: the ranks' partials folded one at a time with the shared pairwise operator
+// (softmax_state.h merge_weights, associative), an empty partial skipped (its output is never
+// read), then the sink (merge_sink).
 void merge_on_host(const ContextParallelMergeArgs& a, const TensorView& output_view, const TensorView& lse_view) {
   const PartialsLayout& l = a.layout;
   const HostTensorView output = host_view(output_view, "output");
   const HostTensorView lse = lse_view.empty() ? HostTensorView{} : host_view(lse_view, "lse");
   void* buffer = const_cast<void*>(a.buffer);
-  HostTensorView outs[kMaxContextParallelSize], lses[kMaxContextParallelSize];
-  for (std::int32_t k = 0; k < a.ranks; ++k) {
-    outs[k] = host_view(partial_output_view(buffer, l, k, MemorySpace::kHost), "gathered partials");
-    lses[k] = host_view(partial_lse_view(buffer, l, k, MemorySpace::kHost), "gathered partials");
-  }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float weight[kMaxContextParallelSize];
-  for (std::int64_t t = 0; t < a.rows; ++t) {
+  float acc[256];  // check_io: head_size <= 256
+  for (std::int64_t t = 0; t < l.rows; ++t) {
     for (std::int64_t h = 0; h < l.heads; ++h) {
-      float max = kNegInf;
-      for (std::int32_t k = 0; k < a.ranks; ++k) max = std::fmax(max, lses[k].get(t, h));
-      float sum = 0.0f;
+      float merged_lse = kNegInf;
       for (std::int32_t k = 0; k < a.ranks; ++k) {
-        const float v = lses[k].get(t, h);
-        weight[k] = max == kNegInf || v == kNegInf ? 0.0f : std::exp(v - max);
-        sum += weight[k];
-      }
-      float merged_lse = sum > 0.0f ? max + std::log(sum) : kNegInf;
-      float scale = sum > 0.0f ? 1.0f / sum : 0.0f;
-      if (a.sinks != nullptr) {
-        const kernels::MergeWeights w = kernels::merge_sink(merged_lse, a.sinks[h]);
-        scale *= w.wa;
+        const float partial_lse = host_view(partial_lse_view(buffer, l, k, MemorySpace::kHost), "partials").get(t, h);
+        if (partial_lse == kNegInf) continue;
+        const HostTensorView partial = host_view(partial_output_view(buffer, l, k, MemorySpace::kHost), "partials");
+        const kernels::MergeWeights w = kernels::merge_weights(merged_lse, partial_lse);
+        for (std::int64_t c = 0; c < l.head_size; ++c) {
+          acc[c] = (merged_lse == kNegInf ? 0.0f : w.wa * acc[c]) + w.wb * partial.get(t, h, c);
+        }
         merged_lse = w.lse;
       }
-      for (std::int64_t c = 0; c < l.head_size; ++c) {
-        float acc = 0.0f;
-        for (std::int32_t k = 0; k < a.ranks; ++k) {
-          if (weight[k] != 0.0f) acc += weight[k] * outs[k].get(t, h, c);
-        }
-        output.set(acc * scale, t, h, c);
+      float scale = merged_lse == kNegInf ? 0.0f : 1.0f;
+      if (a.sinks != nullptr && merged_lse != kNegInf) {
+        const kernels::MergeWeights w = kernels::merge_sink(merged_lse, a.sinks[h]);
+        scale = w.wa;
+        merged_lse = w.lse;
       }
+      for (std::int64_t c = 0; c < l.head_size; ++c) output.set(merged_lse == kNegInf ? 0.0f : acc[c] * scale, t, h, c);
       if (!lse.empty()) lse.set(merged_lse, t, h);
     }
   }
@@ -99,8 +94,6 @@ void merge_on_host(const ContextParallelMergeArgs& a, const TensorView& output_v
 void merge_context_parallel(const ContextParallelMergeArgs& a, const TensorView& output, const TensorView& lse,
                             Stream stream) {
   check_io(a, output, lse);
-  ATTNKIT_REQUIRE(a.ranks >= 1 && a.ranks <= kMaxContextParallelSize, "context_parallel.size", std::to_string(a.ranks),
-                  "[1, " + std::to_string(kMaxContextParallelSize) + "]");
   if (output.space == MemorySpace::kHost) {
     merge_on_host(a, output, lse);
     return;
@@ -110,10 +103,9 @@ void merge_context_parallel(const ContextParallelMergeArgs& a, const TensorView&
   p.bytes_per_rank = a.layout.bytes_per_rank;
   p.lse_offset = a.layout.lse_offset;
   p.ranks = a.ranks;
-  p.rows = static_cast<std::int32_t>(a.rows);
+  p.rows = static_cast<std::int32_t>(a.layout.rows);
   p.heads = static_cast<std::int32_t>(a.layout.heads);
   p.head_size = static_cast<std::int32_t>(a.layout.head_size);
-  p.block_rows = static_cast<std::int32_t>(a.layout.rows);
   p.dtype = a.layout.dtype;
   p.sinks = a.sinks;
   p.output = output.data;

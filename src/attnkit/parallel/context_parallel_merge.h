@@ -33,12 +33,12 @@ struct ContextParallelMergeArgs {
   const void* buffer = nullptr;  // every rank's block, as gathered
   PartialsLayout layout;
   std::int32_t ranks = 1;
-  std::int64_t rows = 0;         // rows merged: [0, rows) of every rank's block
   const float* sinks = nullptr;  // [heads] logits in the buffer's memory space, or nullptr
 };
 
-// Per layer (hot path): merges into output [>= rows, heads, head_size] (the activation dtype, any
-// row stride) and, when not empty, lse [>= rows, heads] float32. A row no rank saw a key for is
+// Per layer (hot path): merges every row of the blocks (layout.rows) into output [>= rows, heads,
+// head_size] (the activation dtype, any row stride) and, when not empty, lse [>= rows, heads]
+// float32. A row no rank saw a key for is
 // zeros with LSE -inf, sink or not (docs/design.md). On the CPU platform it runs here; on CUDA it
 // enqueues one kernel on `stream` (no allocation, no synchronization). Throws Error on a shape or
 // dtype mismatch.

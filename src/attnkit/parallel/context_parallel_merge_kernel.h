@@ -13,8 +13,7 @@ struct ContextParallelMergeParams {
   const unsigned char* buffer = nullptr;  // rank k's block at k * bytes_per_rank
   std::size_t bytes_per_rank = 0, lse_offset = 0;
   std::int32_t ranks = 1;
-  std::int32_t rows = 0, heads = 0, head_size = 0;  // partial rows are [rows_in_block, heads, head_size]
-  std::int32_t block_rows = 0;                      // rows of each rank's block (its row stride base)
+  std::int32_t rows = 0, heads = 0, head_size = 0;  // each rank's block: [rows, heads, head_size]
   DType dtype = DType::kBFloat16;                   // partials and output
   const float* sinks = nullptr;
   void* output = nullptr;

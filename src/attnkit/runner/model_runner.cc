@@ -122,8 +122,8 @@ RunnerConfig checked(RunnerConfig c) {
                     "ascending, in [1, max_num_tokens " + std::to_string(c.max_num_tokens) + "]");
   }
   const ContextParallel& cp = c.context_parallel;
+  validate_context_parallel(cp);  // size 0 or a rank outside the group is not "no parallelism"
   if (cp.enabled() || c.context_parallel_group != nullptr) {
-    validate_context_parallel(cp, cp.size * cp.interleave);  // size, rank, interleave on their own
     ATTNKIT_REQUIRE(c.context_parallel_group != nullptr && c.context_parallel_group->size() == cp.size &&
                         c.context_parallel_group->rank() == cp.rank,
                     "context_parallel_group",
@@ -174,6 +174,10 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
   ATTNKIT_REQUIRE(!layers_.empty(), "layers", "0", ">= 1 layer");
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     check_layer(layers_[i]);
+    // Before selection: the backends are asked for the rank's share of the manager block.
+    if (config_.context_parallel.enabled() && layers_[i].kv_spec.is_attention()) {
+      validate_context_parallel_block(config_.context_parallel, layers_[i].kv_spec.block_size);
+    }
     for (std::size_t j = 0; j < i; ++j) {
       ATTNKIT_REQUIRE(layers_[j].name != layers_[i].name, "layer name", layers_[i].name, "unique names");
     }
@@ -238,10 +242,7 @@ void ModelRunner::build_groups() {
               "the same causality as the other layers of its KV-cache group");
     }
     g.geometry.layout = negotiate_kv_layout(caps, kv.spec.forced_layout);
-    if (kv.spec.is_attention() && config_.context_parallel.enabled()) {
-      validate_context_parallel(config_.context_parallel, kv.spec.block_size);
-      g.geometry.context_parallel_size = config_.context_parallel.size;
-    }
+    if (kv.spec.is_attention()) g.geometry.context_parallel_size = config_.context_parallel.size;
     g.geometry.kernel_block_size = kv.spec.is_attention() ? common_kernel_block_size(g.geometry.local_block_size(), caps,
                                                                                      kv.spec.forced_kernel_block_size)
                                                           : 1;
@@ -613,7 +614,6 @@ void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
         e.metadata = ag.metadata;
         e.slot_mapping = g.common.slot_mapping;
         e.num_tokens_padded = g.common.num_tokens_padded;
-        e.num_actual_tokens = g.common.num_actual_tokens;
       }
     }
   }
@@ -714,10 +714,9 @@ void ModelRunner::unified_attention(LayerId layer, const TensorView& query, cons
                     partial_output_view(cp.partials, layout, rank, output.space),
                     partial_lse_view(cp.partials, layout, rank, output.space), stream);
   cp.group->all_gather(cp.partials, layout.bytes_per_rank, stream);
-  // The CPU platform knows the real rows; a CUDA step may be a graph replayed for other counts, so
-  // it merges the padded shape (padding rows are the caller's to ignore).
-  const std::int32_t rows = output.space == MemorySpace::kHost ? ctx.num_actual_tokens : ctx.num_tokens_padded;
-  merge_context_parallel({cp.partials, layout, cp.group->size(), rows, cp.sinks}, output, lse, stream);
+  // Every row of the padded shape (a captured step replays for other token counts; padding rows
+  // are the caller's to ignore, and the CPU platform has no padding).
+  merge_context_parallel({cp.partials, layout, cp.group->size(), cp.sinks}, output, lse, stream);
 }
 
 }  // namespace attnkit

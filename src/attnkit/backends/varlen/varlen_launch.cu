@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   auto slot_of = [&](int i) { return (first_row + static_cast<std::int64_t>(i) * query_len) * p.num_q_heads + head; };
   const WarpMergedRow merged = warp_merge_partials(
       count, p.head_size, [&](int i) { return p.partial_lse[slot_of(i)]; },
-      [&](int i) { return p.partial_out + slot_of(i) * p.head_size; });
+      [&](int i, int chunk) { return *reinterpret_cast<const float4*>(p.partial_out + slot_of(i) * p.head_size + 4 * chunk); });
   float lse = merged.lse;
   float sink_factor = 1.0f;
   if (p.sinks != nullptr) {

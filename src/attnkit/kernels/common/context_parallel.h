@@ -22,6 +22,7 @@ struct ContextParallel {
 
   // The rank that stores position `p`.
   ATTNKIT_HD std::int32_t owner(std::int64_t p) const {
+    if (size == 1) return 0;  // the slot mapping asks per token: no divisions without parallelism
     return static_cast<std::int32_t>((p / interleave) % size);
   }
 

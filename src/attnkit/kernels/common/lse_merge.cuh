@@ -1,7 +1,7 @@
 // Combining n partial attention results of one query row by their LSEs, one warp per row: the
 // operator behind split-KV, cascade (B4) and context parallelism (D1). Partials are normalized
-// outputs (float32 rows) with their natural-log LSE; an empty partial has LSE -inf and any output,
-// which is never read.
+// outputs (rows of any element type, read four elements at a time as floats) with their
+// natural-log LSE; an empty partial has LSE -inf and any output, which is never read.
 #pragma once
 
 #include <cmath>
@@ -14,14 +14,15 @@ struct WarpMergedRow {
   float lse;  // -inf when every partial is empty (then the row is zeros)
 };
 
-// `lse_at(i)` and `row_at(i)` give partial i's LSE and its float row (16-byte aligned). The lanes
+// `lse_at(i)` gives partial i's LSE and `chunk_at(i, c)` elements 4c .. 4c + 3 of its row as a
+// float4 (split-KV: a 16-byte load of float32 partials; D1: four 16-bit elements). The lanes
 // share the LSEs (a lane per partial, each read once), and the partial rows are read in batches
 // whose loads are all issued before any is used: the merge of a split decode sits on its step's
 // critical path, where one load latency per partial (a loop that waits on each row before it
 // loads the next) cost more than the attention kernel before it (bench/notes/varlen.md, v11).
 // Every lane of the warp must call it.
-template <class LseAt, class RowAt>
-__device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head_size, LseAt lse_at, RowAt row_at) {
+template <class LseAt, class ChunkAt>
+__device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head_size, LseAt lse_at, ChunkAt chunk_at) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
   constexpr int kBatch = 8;  // partial rows in flight together: 16 float4 registers per lane
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -56,12 +57,10 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
         // partial (lanes >= n hold weight 0).
         w[j] = __shfl_sync(kAll, my_weight, k0 + j);
         const bool live = w[j] != 0.0f;
-        const float* row = row_at(base + (live ? k0 + j : 0));
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int chunk = lane + 32 * c;
-          v[j][c] = live && chunk < chunks ? *reinterpret_cast<const float4*>(row + 4 * chunk)
-                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          v[j][c] = live && chunk < chunks ? chunk_at(base + k0 + j, chunk) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
       }
 #pragma unroll
