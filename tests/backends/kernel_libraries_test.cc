@@ -271,11 +271,13 @@ TEST(FlashInferBackend, MakeImplRefusesWhatItsKernelsDoNotCoverNamingTheField) {
   p.dtype = DType::kBFloat16;
   p.kv_cache_dtype = DType::kFloat16;
   EXPECT_EQ(field_of(p), "kv_cache_dtype + dtype");
-  p.kv_cache_dtype = DType::kFp8E5M2;
-  EXPECT_EQ(field_of(p), "kv_cache_dtype + dtype") << "fp8 e5m2 is not instantiated";
-  p.kv_cache_dtype = DType::kFp8E4M3;
-  p.head_size = 64;
-  EXPECT_EQ(field_of(p), "kv_cache_dtype + head_size");
+  for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+    p.kv_cache_dtype = fp8;
+    p.head_size = 128;
+    EXPECT_EQ(field_of(p), "") << to_string(fp8) << " KV is instantiated for both query dtypes";
+    p.head_size = 64;
+    EXPECT_EQ(field_of(p), "kv_cache_dtype + head_size") << to_string(fp8);
+  }
   p.kv_cache_dtype = DType::kBFloat16;
   p.head_size = 96;
   EXPECT_EQ(field_of(p), "head_size/dtype/kv_cache_dtype");

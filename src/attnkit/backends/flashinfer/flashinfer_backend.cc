@@ -13,9 +13,9 @@
 namespace attnkit {
 
 namespace {
-// KV is instantiated in the query dtype, or as fp8 e4m3 for either query dtype.
-bool kv_neither_query_dtype_nor_e4m3(const AttentionConfig& c) {
-  return c.kv_cache_dtype != c.dtype && c.kv_cache_dtype != DType::kFp8E4M3;
+// KV is instantiated in the query dtype, or as fp8 (e4m3, e5m2) for either query dtype.
+bool kv_neither_query_dtype_nor_fp8(const AttentionConfig& c) {
+  return c.kv_cache_dtype != c.dtype && !is_fp8(c.kv_cache_dtype);
 }
 bool fp8_kv_at_head_size_64(const AttentionConfig& c) { return is_fp8(c.kv_cache_dtype) && c.head_size == 64; }
 
@@ -108,7 +108,7 @@ const BackendCaps& FlashInferBackend::caps() {
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};
     c.dtypes = {DType::kFloat16, DType::kBFloat16};
-    c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3};
+    c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2};
     const std::span<const int> head_sizes = kernels::flashinfer_prefill_head_sizes();
     c.head_sizes = {head_sizes.begin(), head_sizes.end()};
     c.block_sizes.multiple_of = 1;  // FlashInfer divides by the page size at run time
@@ -118,8 +118,8 @@ const BackendCaps& FlashInferBackend::caps() {
     c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // FlashInfer's plan reads the CSR lengths on the host
     c.combination_rules = {
-        {"kv_cache_dtype + dtype", &kv_neither_query_dtype_nor_e4m3,
-         "the kernels read KV in the query dtype or as fp8 e4m3 (instantiated for both query dtypes)"},
+        {"kv_cache_dtype + dtype", &kv_neither_query_dtype_nor_fp8,
+         "the kernels read KV in the query dtype or as fp8 e4m3 or e5m2 (instantiated for both query dtypes)"},
         {"kv_cache_dtype + head_size", &fp8_kv_at_head_size_64,
          "FlashInfer's FA2 template loads fp8 KV tiles for head sizes above 64 only"}};
     c.forward_includes_kv_update = false;

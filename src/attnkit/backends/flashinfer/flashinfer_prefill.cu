@@ -107,7 +107,7 @@ std::span<const int> flashinfer_prefill_head_sizes() {
 bool flashinfer_prefill_instantiated(DType dtype, DType kv_dtype, int head_size) {
   const std::span<const int> sizes = flashinfer_prefill_head_sizes();
   return (dtype == DType::kBFloat16 || dtype == DType::kFloat16) &&
-         (kv_dtype == dtype || (kv_dtype == DType::kFp8E4M3 && head_size != 64)) &&
+         (kv_dtype == dtype || (is_fp8(kv_dtype) && head_size != 64)) &&
          std::find(sizes.begin(), sizes.end(), head_size) != sizes.end();
 }
 
@@ -128,8 +128,9 @@ LaunchStatus run_for_head_size(const FlashInferPrefillRun& r, const FlashInferPr
 
 template <class Element>
 LaunchStatus run_for_kv(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, cudaStream_t s) {
-  return r.kv_dtype == DType::kFp8E4M3 ? run_for_head_size<Element, __nv_fp8_e4m3>(r, plan, s)
-                                       : run_for_head_size<Element, Element>(r, plan, s);
+  if (r.kv_dtype == DType::kFp8E4M3) return run_for_head_size<Element, __nv_fp8_e4m3>(r, plan, s);
+  if (r.kv_dtype == DType::kFp8E5M2) return run_for_head_size<Element, __nv_fp8_e5m2>(r, plan, s);
+  return run_for_head_size<Element, Element>(r, plan, s);
 }
 
 LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, void* stream) {

@@ -4,9 +4,9 @@
 // of a step through it: the decodes (one query row per request, FlashInfer's "tensor-core decode"),
 // and the prefills/extends.
 //
-// Instantiated (flashinfer_prefill_<dtype>[_e4m3]_d<head>.cu, listed by
+// Instantiated (flashinfer_prefill_<dtype>[_e4m3|_e5m2]_d<head>.cu, listed by
 // flashinfer_prefill_instantiated): float16 and bfloat16 queries and output, over KV of the same
-// dtype or fp8 e4m3 (not at head size 64: FlashInfer's fp8 tile loader does not handle it); head
+// dtype or fp8 e4m3 or e5m2 (not at head size 64: FlashInfer's fp8 tile loader does not handle it); head
 // size 128, and 64 and 256 in a build with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake option of
 // that name); causal masking aligned
 // to the bottom right (a query row sees the context and the rows before it); three attention
@@ -80,7 +80,7 @@ LaunchStatus flashinfer_prefill_plan(const FlashInferPrefillBatch& batch, const 
 // Per layer: the kernel over one planned sub-batch (plus FlashInfer's merge when split).
 struct FlashInferPrefillRun {
   DType dtype = DType::kBFloat16;     // queries and output
-  DType kv_dtype = DType::kBFloat16;  // the cache: dtype, or fp8 e4m3 (FA2 template only)
+  DType kv_dtype = DType::kBFloat16;  // the cache: dtype, or fp8 e4m3 / e5m2 (FA2 template only)
   FlashInferLogits logits = FlashInferLogits::kPlain;
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0, page_size = 0, batch_size = 0;
   std::int64_t rows = 0;    // the sub-batch's query rows

@@ -1,7 +1,7 @@
 // The one instantiation body of FlashInfer's FA2-template paged prefill for the FLASHINFER
 // backend: flashinfer_prefill_<dtype>[_<kv dtype>]_d<head>.cu each instantiate
 // run_flashinfer_prefill for one query/output element type, KV element type (the same, or fp8
-// e4m3) and head size (its three logits variants and FlashInfer's four query-tile sizes), so each
+// e4m3 or e5m2) and head size (its three logits variants and FlashInfer's four query-tile sizes), so each
 // combination costs one translation unit of build time.
 #pragma once
 
