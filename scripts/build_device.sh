@@ -43,8 +43,13 @@ fi
 # ATTNKIT_COMMIT (a tree with uncommitted changes should say so, e.g. "abc1234+wip").
 echo "${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD)}" >build-device/COMMIT
 du -sh build-device
-# The binaries share the kernel libraries' machine code (FlashInfer's instantiations alone are
-# ~13 MB in each), more than the device tool carries; compressed together they are ~9 MB. On the
-# GPU machine: python3 -c "import tarfile; tarfile.open('build-device.tar.xz').extractall()"
-tar cf - build-device | xz -T0 -9 >build-device.tar.xz
+# The programs are statically linked: each holds every kernel instantiation (~57 MB each, 660 MB in
+# all, more than the device tool carries). One xz stream with a dictionary that spans several of
+# them (512 MiB) stores each program after the first mostly as matches against the ones before
+# (-9's 64 MiB, split into blocks over threads, no longer did: 68.5 MB); about 5 GB of memory
+# here, 512 MiB to unpack. A shared libattnkit would be smaller still, but compute-sanitizer
+# disables itself under one: FlashInfer's XQA source initializes a namespace-scope static with a
+# CUDA call, and a shared library's static initializers run before the sanitizer's. On the GPU
+# machine: python3 -c "import tarfile; tarfile.open('build-device.tar.xz').extractall()"
+tar cf - build-device | xz -T1 --lzma2=preset=9,dict=512MiB >build-device.tar.xz
 du -sh build-device.tar.xz
