@@ -426,13 +426,15 @@ Platform to_platform(const std::string& name, const std::string& field, int comp
   throw Error(field, name, "cpu, cuda, auto");
 }
 
-RunnerConfig to_runner_config(nb::handle config, nb::handle log) {
+RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* group) {
   RunnerConfig c;
   if (config.is_none()) return c;
   const Fields f(config, "config",
                  {"platform", "backend", "max_num_reqs", "max_num_tokens", "max_model_len", "num_blocks",
                   "num_state_slots", "capture_sizes", "need_lse", "cascade", "optimistic_cpu_lengths",
-                  "check_invariants", "k_scale", "v_scale", "kv_poison", "compute_capability"});
+                  "check_invariants", "k_scale", "v_scale", "kv_poison", "compute_capability",
+                  "context_parallel_size", "context_parallel_rank", "context_parallel_interleave",
+                  "context_parallel_group"});
   c.platform = to_platform(f.optional_string("platform").value_or("cpu"), f.where("platform"),
                            f.int_or("compute_capability", 0));
   if (auto b = f.optional_string("backend"); b && *b != "auto") c.backend = *b;
@@ -454,6 +456,16 @@ RunnerConfig to_runner_config(nb::handle config, nb::handle log) {
   c.k_scale = f.float_or("k_scale", c.k_scale);
   c.v_scale = f.float_or("v_scale", c.v_scale);
   c.kv_poison = f.float_or("kv_poison", c.kv_poison);
+  c.context_parallel.size = f.int_or("context_parallel_size", c.context_parallel.size);
+  c.context_parallel.rank = f.int_or("context_parallel_rank", c.context_parallel.rank);
+  c.context_parallel.interleave = f.int_or("context_parallel_interleave", c.context_parallel.interleave);
+  if (auto g = f.get("context_parallel_group")) {
+    if (!nb::isinstance<PyContextParallelGroup>(*g)) {
+      throw Error(f.where("context_parallel_group"), py_repr(*g), "None or an attnkit.ContextParallelGroup");
+    }
+    c.context_parallel_group = nb::cast<PyContextParallelGroup&>(*g).group.get();
+    if (group != nullptr) *group = *g;
+  }
   if (log.is_valid() && !log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw Error("log", py_repr(log), "None or a callable taking one str");
     nb::object fn = nb::borrow(log);

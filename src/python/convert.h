@@ -15,6 +15,7 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/core/tensor.h"
+#include "attnkit/parallel/in_process_group.h"
 #include "attnkit/platform/platform.h"
 #include "attnkit/platform/stream.h"
 #include "attnkit/runner/model_runner.h"
@@ -65,8 +66,18 @@ DType parse_dtype_field(std::string_view text, const std::string& field);
 // `where` names the spec in errors ("layers[2]", "layer").
 LayerSpec to_layer_spec(nb::handle spec, const std::string& where);
 std::vector<LayerSpec> to_layer_specs(nb::handle layers);
-// `log` receives the runner's start-up log lines when it is callable.
-RunnerConfig to_runner_config(nb::handle config, nb::handle log);
+// D1 from Python: one rank of an in-process context-parallel group (attnkit.ContextParallelHub.group),
+// the ranks being threads of one process (ModelRunner.prepare_step and attention release the GIL
+// while they run, so the ranks' all-gathers meet).
+struct PyContextParallelGroup {
+  std::shared_ptr<InProcessHub> hub;
+  std::unique_ptr<InProcessContextParallelGroup> group;
+};
+
+// `log` receives the runner's start-up log lines when it is callable. `group`, when given, receives
+// the config's context_parallel_group object (the runner keeps it alive: the config holds a raw
+// pointer to its group).
+RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* group = nullptr);
 // "cpu", "cuda" (this machine's GPU; an error without one) or "auto" (the GPU when there is one).
 // `compute_capability` > 0 with "cuda" and no GPU: a described platform, for selection only.
 Platform to_platform(const std::string& name, const std::string& field, int compute_capability = 0);

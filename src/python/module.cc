@@ -173,6 +173,8 @@ nb::object numpy_of(HostTensor tensor) {
 
 struct PyRunner {
   std::unique_ptr<ModelRunner> runner;
+  // The config's context-parallel group (its ModelRunner holds a raw pointer to it), or None.
+  nb::object context_parallel_group;
   // The last prepared step's arrays: StepInput holds spans, these own what they point to.
   std::vector<std::int32_t> ids, lens, computed, cpu_computed;
   std::vector<std::vector<std::int32_t>> tables;
@@ -182,6 +184,18 @@ struct PyRunner {
     if (!runner) throw Error("runner", "closed", "an open ModelRunner");
     return *runner;
   }
+  // A rank whose call raises (a bad argument or a failed step) fails its context-parallel group, so
+  // that the other ranks' all-gathers raise instead of waiting for it forever.
+  template <class Work>
+  void failing_ranks_fail_the_group(const Work& work) {
+    try {
+      work();
+    } catch (...) {
+      if (cp_hub) cp_hub->fail();
+      throw;
+    }
+  }
+  std::shared_ptr<InProcessHub> cp_hub;  // the group's hub, when there is a group
   LayerId resolve(nb::handle layer) const {
     ModelRunner& r = get();
     if (PyUnicode_Check(layer.ptr())) return r.layer_id(nb::cast<std::string>(layer));
@@ -231,6 +245,52 @@ const char* kRunnerDoc =
     "runner.prepare_step(...); then inside `with runner.forward():` call runner.attention(layer, q, k, v,\n"
     "out, lse) for every layer.";
 
+struct PyContextParallelHub {
+  std::shared_ptr<InProcessHub> hub;
+};
+
+constexpr const char* kHubDoc =
+    "D1 decode context parallelism with the ranks as threads of one process: every rank's ModelRunner\n"
+    "gets RunnerConfig(context_parallel_size=size, context_parallel_rank=r, context_parallel_group=\n"
+    "hub.group(r)) and runs the same steps (the same block tables) in its own thread; each stores its\n"
+    "share of every request's KV and the ranks' partial attentions are merged, so every rank's output\n"
+    "is the whole attention. Its all-gather is a host barrier and copies: for tests and simulation,\n"
+    "not capturable (NCCL groups are C++ only). platform: 'cpu' or 'cuda', as the runners' (a runner\n"
+    "refuses a hub of the other kind).";
+
+void bind_context_parallel(nb::module_& m) {
+  nb::class_<PyContextParallelGroup>(m, "ContextParallelGroup",
+                                     "One rank of a ContextParallelHub: RunnerConfig.context_parallel_group of that "
+                                     "rank's ModelRunner (with context_parallel_size and context_parallel_rank).")
+      .def_prop_ro("size", [](const PyContextParallelGroup& g) { return g.group->size(); })
+      .def_prop_ro("rank", [](const PyContextParallelGroup& g) { return g.group->rank(); })
+      .def("__repr__", [](const PyContextParallelGroup& g) { return g.group->describe(); });
+  nb::class_<PyContextParallelHub>(m, "ContextParallelHub", kHubDoc)
+      .def(
+          "__init__",
+          [](PyContextParallelHub* self, std::int32_t size, const std::string& platform) {
+            if (platform != "cpu" && platform != "cuda") throw Error("platform", platform, "cpu, cuda");
+            auto hub = std::make_shared<InProcessHub>(size, platform == "cuda");
+            new (self) PyContextParallelHub{std::move(hub)};
+          },
+          "size"_a, "platform"_a = "cpu")
+      .def_prop_ro("size", [](const PyContextParallelHub& h) { return h.hub->size(); })
+      .def(
+          "group",
+          [](const PyContextParallelHub& h, std::int32_t rank) {
+            PyContextParallelGroup g;
+            g.hub = h.hub;
+            g.group = std::make_unique<InProcessContextParallelGroup>(h.hub, rank);
+            return g;
+          },
+          "rank"_a, "The group object of rank `rank` (in [0, size)).")
+      .def(
+          "fail", [](const PyContextParallelHub& h) { h.hub->fail(); },
+          "Makes every rank waiting in an all-gather, and every later one, raise attnkit.Error: call it when "
+          "a rank's thread stops for a reason of its own (a rank whose prepare_step or attention raises fails "
+          "the hub itself).");
+}
+
 void bind_runner(nb::module_& m) {
   nb::class_<PyForward>(m, "ForwardScope",
                         "The forward context of one step (G5): while it is open, runner.attention finds each "
@@ -252,10 +312,13 @@ void bind_runner(nb::module_& m) {
           "__init__",
           [](PyRunner* self, nb::handle layers, nb::handle config, nb::handle log) {
             std::vector<LayerSpec> specs = to_layer_specs(layers);
-            RunnerConfig c = to_runner_config(config, log);
+            nb::object group;
+            RunnerConfig c = to_runner_config(config, log, &group);
             auto runner = std::make_unique<ModelRunner>(std::move(specs), std::move(c));
             new (self) PyRunner();
             self->runner = std::move(runner);
+            if (group.is_valid()) self->cp_hub = nb::cast<PyContextParallelGroup&>(group).hub;
+            self->context_parallel_group = std::move(group);
           },
           "layers"_a, "config"_a = nb::none(), "log"_a = nb::none())
       .def_prop_ro("num_layers", [](const PyRunner& r) { return r.get().num_layers(); }, "Number of layers.")
@@ -322,31 +385,33 @@ void bind_runner(nb::module_& m) {
           "prepare_step",
           [](PyRunner& r, nb::handle request_ids, nb::handle query_lens, nb::handle num_computed_tokens,
              nb::handle block_tables, std::uintptr_t stream, nb::handle cpu_num_computed_tokens) {
-            ModelRunner& runner = r.get();
-            r.ids = int_vector(request_ids, "request_ids");
-            r.lens = int_vector(query_lens, "query_lens");
-            r.computed = int_vector(num_computed_tokens, "num_computed_tokens");
-            r.cpu_computed.clear();
-            if (!cpu_num_computed_tokens.is_none()) r.cpu_computed = int_vector(cpu_num_computed_tokens, "cpu_num_computed_tokens");
-            if (PyDict_Check(block_tables.ptr()) || PyUnicode_Check(block_tables.ptr())) {
-              throw Error("block_tables", "not a sequence", "a sequence with one block table per KV-cache group");
-            }
-            const nb::list groups = nb::list(block_tables);
-            r.tables.resize(groups.size());
-            r.table_views.clear();
-            for (std::size_t g = 0; g < groups.size(); ++g) {
-              const std::int32_t stride =
-                  int_table(groups[g], "block_tables[" + std::to_string(g) + "]", 0, r.tables[g]);
-              r.table_views.push_back({r.tables[g], stride});
-            }
-            StepInput step;
-            step.request_ids = r.ids;
-            step.query_lens = r.lens;
-            step.num_computed_tokens = r.computed;
-            step.cpu_num_computed_tokens = r.cpu_computed;
-            step.block_tables = r.table_views;
-            nb::gil_scoped_release release;
-            runner.prepare_step(step, to_stream(stream));
+            r.failing_ranks_fail_the_group([&] {
+              ModelRunner& runner = r.get();
+              r.ids = int_vector(request_ids, "request_ids");
+              r.lens = int_vector(query_lens, "query_lens");
+              r.computed = int_vector(num_computed_tokens, "num_computed_tokens");
+              r.cpu_computed.clear();
+              if (!cpu_num_computed_tokens.is_none()) r.cpu_computed = int_vector(cpu_num_computed_tokens, "cpu_num_computed_tokens");
+              if (PyDict_Check(block_tables.ptr()) || PyUnicode_Check(block_tables.ptr())) {
+                throw Error("block_tables", "not a sequence", "a sequence with one block table per KV-cache group");
+              }
+              const nb::list groups = nb::list(block_tables);
+              r.tables.resize(groups.size());
+              r.table_views.clear();
+              for (std::size_t g = 0; g < groups.size(); ++g) {
+                const std::int32_t stride =
+                    int_table(groups[g], "block_tables[" + std::to_string(g) + "]", 0, r.tables[g]);
+                r.table_views.push_back({r.tables[g], stride});
+              }
+              StepInput step;
+              step.request_ids = r.ids;
+              step.query_lens = r.lens;
+              step.num_computed_tokens = r.computed;
+              step.cpu_num_computed_tokens = r.cpu_computed;
+              step.block_tables = r.table_views;
+              nb::gil_scoped_release release;
+              runner.prepare_step(step, to_stream(stream));
+            });
           },
           "request_ids"_a, "query_lens"_a, "num_computed_tokens"_a, "block_tables"_a, nb::kw_only(), "stream"_a = 0,
           "cpu_num_computed_tokens"_a = nb::none(),
@@ -373,14 +438,16 @@ void bind_runner(nb::module_& m) {
           [](PyRunner& r, nb::handle layer, const nb::ndarray<nb::ro>& query, const nb::ndarray<nb::ro>& key,
              const nb::ndarray<nb::ro>& value, const nb::ndarray<>& output, std::optional<nb::ndarray<>> lse,
              std::uintptr_t stream) {
-            const LayerId id = r.resolve(layer);
-            const TensorView q = to_view(query, "query");
-            const TensorView k = to_view(key, "key");
-            const TensorView v = to_view(value, "value");
-            const TensorView o = to_view(output, "output");
-            const TensorView l = lse ? to_view(*lse, "lse") : TensorView{};
-            nb::gil_scoped_release release;
-            ModelRunner::unified_attention(id, q, k, v, o, l, to_stream(stream));
+            r.failing_ranks_fail_the_group([&] {
+              const LayerId id = r.resolve(layer);
+              const TensorView q = to_view(query, "query");
+              const TensorView k = to_view(key, "key");
+              const TensorView v = to_view(value, "value");
+              const TensorView o = to_view(output, "output");
+              const TensorView l = lse ? to_view(*lse, "lse") : TensorView{};
+              nb::gil_scoped_release release;
+              ModelRunner::unified_attention(id, q, k, v, o, l, to_stream(stream));
+            });
           },
           "layer"_a, "query"_a, "key"_a, "value"_a, "output"_a, "lse"_a = nb::none(), nb::kw_only(), "stream"_a = 0,
           "One layer of the prepared step, inside `with runner.forward()`: writes this step's key/value into the\n"
@@ -505,6 +572,7 @@ NB_MODULE(_attnkit, m) {
           "The candidates that were refused: {backend: [reasons]}.")
       .def("__repr__", [](const PySelection& s) { return "<attnkit.Selection " + s.choice_line + ">"; });
 
+  bind_context_parallel(m);
   bind_runner(m);
 
   m.def(
@@ -560,11 +628,12 @@ NB_MODULE(_attnkit, m) {
       "(why there is no usable GPU), available.");
   m.def(
       "kv_blocks_for_memory_budget",
-      [](nb::handle layers, std::size_t budget_bytes) {
-        return kv_blocks_for_memory_budget(to_layer_specs(layers), budget_bytes);
+      [](nb::handle layers, std::size_t budget_bytes, std::int32_t context_parallel_size) {
+        return kv_blocks_for_memory_budget(to_layer_specs(layers), budget_bytes, context_parallel_size);
       },
-      "layers"_a, "budget_bytes"_a,
-      "How many manager blocks per attention KV-cache group fit in budget_bytes of KV memory (K3).");
+      "layers"_a, "budget_bytes"_a, "context_parallel_size"_a = 1,
+      "How many manager blocks per attention KV-cache group fit in budget_bytes of KV memory (K3); with\n"
+      "context parallelism each rank stores 1 / context_parallel_size of every block.");
   m.def("replay", &replay, "dir"_a, "backend"_a = nb::none(), "platform"_a = "auto", "lse"_a = false,
         "check_invariants"_a = true, "out_dir"_a = nb::none(), "log"_a = nb::none(),
         "Replays a batch record directory (docs/replay-format.md) as `attnkit replay` does: the step's K/V\n"

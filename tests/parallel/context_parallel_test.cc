@@ -328,6 +328,31 @@ TEST(ContextParallelConfig, ARunWithoutAMatchingGroupIsRefused) {
   EXPECT_NO_THROW(ModelRunner r(layers, c));
 }
 
+// A group whose all-gather copies device memory given a CPU runner's host buffers would read the
+// wrong memory: refused at start-up, naming the group.
+TEST(ContextParallelConfig, AGroupOfTheOtherMemoryKindIsRefused) {
+  struct DeviceGroup final : ContextParallelGroup {
+    std::int32_t size() const override { return 2; }
+    std::int32_t rank() const override { return 0; }
+    void all_gather(void*, std::size_t, Stream) override { ADD_FAILURE() << "never called"; }
+    bool capturable() const override { return true; }
+    bool device_buffers() const override { return true; }
+    std::string describe() const override { return "a device-memory group"; }
+  } device_group;
+  const std::vector<LayerSpec> layers{attention_layer("attn", 4, 2, 64, 16)};
+  RunnerConfig c = small_runner_config();  // the CPU platform
+  c.backend = "REFERENCE";
+  c.context_parallel = {2, 0, 1};
+  c.context_parallel_group = &device_group;
+  try {
+    ModelRunner r(layers, c);
+    FAIL() << "a CPU runner took a group of device buffers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "context_parallel_group");
+    EXPECT_NE(e.allowed().find("host memory"), std::string::npos) << e.what();
+  }
+}
+
 // Refused before selection, so a backend with page-size rules (VARLEN: multiples of 16) does not
 // report a truncated share of the block instead.
 TEST(ContextParallelConfig, ABlockThatRanksCannotShareEvenlyIsRefused) {

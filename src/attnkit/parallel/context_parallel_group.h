@@ -42,6 +42,10 @@ class ContextParallelGroup {
   // Whether all_gather may be captured into a CUDA graph (C1: the runner refuses full graphs
   // otherwise).
   virtual bool capturable() const = 0;
+  // Whether all_gather's buffer is CUDA device memory (a CUDA runner's) or host memory (a CPU
+  // runner's): the runner refuses a group of the other kind, whose copies would read the wrong
+  // memory.
+  virtual bool device_buffers() const = 0;
   virtual std::string describe() const = 0;
 };
 

@@ -51,6 +51,7 @@ class InProcessContextParallelGroup final : public ContextParallelGroup {
   // the ranks disagree about the size.
   void all_gather(void* buffer, std::size_t bytes_per_rank, Stream stream) override;
   bool capturable() const override { return false; }
+  bool device_buffers() const override { return hub_->device_memory(); }
   std::string describe() const override;
 
  private:

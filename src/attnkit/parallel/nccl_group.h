@@ -31,6 +31,7 @@ class NcclContextParallelGroup final : public ContextParallelGroup {
   std::int32_t rank() const override { return rank_; }
   void all_gather(void* buffer, std::size_t bytes_per_rank, Stream stream) override;
   bool capturable() const override { return true; }
+  bool device_buffers() const override { return true; }
   std::string describe() const override;
 
  private:

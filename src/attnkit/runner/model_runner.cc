@@ -130,6 +130,10 @@ RunnerConfig checked(RunnerConfig c) {
                     c.context_parallel_group ? c.context_parallel_group->describe() : std::string("none"),
                     "a group of size " + std::to_string(cp.size) + " in which this runner is rank " +
                         std::to_string(cp.rank));
+    ATTNKIT_REQUIRE(c.context_parallel_group->device_buffers() == on_cuda(c), "context_parallel_group",
+                    c.context_parallel_group->describe(),
+                    std::string("a group whose buffers are ") + (on_cuda(c) ? "CUDA device" : "host") +
+                        " memory, as this runner's platform " + c.platform.describe() + " keeps them");
     ATTNKIT_REQUIRE(c.capture_sizes.empty() || c.context_parallel_group->capturable(), "capture_sizes",
                     std::to_string(c.capture_sizes.size()) + " sizes", "none with this group",
                     c.context_parallel_group->describe() + " cannot be captured into a CUDA graph");

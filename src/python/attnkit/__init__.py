@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ._attnkit import (  # noqa: F401  (re-exported)
+    ContextParallelGroup,
+    ContextParallelHub,
     Error,
     ForwardScope,
     InvariantError,
@@ -37,6 +39,8 @@ from ._attnkit import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
+    "ContextParallelGroup",
+    "ContextParallelHub",
     "Error",
     "ForwardScope",
     "InvariantError",
@@ -105,6 +109,9 @@ class RunnerConfig:
     optimistic_cpu_lengths: steps may carry host upper bounds (G6). check_invariants: run the V1-V9
     checker after every prepare_step. k_scale, v_scale: fp8 KV scales (K8). kv_poison: what a fresh
     cache holds (NaN). compute_capability: for select() with platform "cuda" on a machine without a GPU.
+    context_parallel_size, context_parallel_rank, context_parallel_interleave, context_parallel_group:
+    D1 decode context parallelism, this runner being one rank (see ContextParallelHub); positions are
+    dealt to the ranks in turns of context_parallel_interleave tokens.
     """
 
     platform: str = "cpu"
@@ -123,6 +130,10 @@ class RunnerConfig:
     v_scale: float = 1.0
     kv_poison: float = float("nan")
     compute_capability: Optional[int] = None
+    context_parallel_size: int = 1
+    context_parallel_rank: int = 0
+    context_parallel_interleave: int = 1
+    context_parallel_group: Optional[ContextParallelGroup] = None
 
 
 def cuda_available() -> bool:
