@@ -70,8 +70,7 @@ std::vector<LayerSpec> to_layer_specs(nb::handle layers);
 // the ranks being threads of one process (ModelRunner.prepare_step and attention release the GIL
 // while they run, so the ranks' all-gathers meet).
 struct PyContextParallelGroup {
-  std::shared_ptr<InProcessHub> hub;
-  std::unique_ptr<InProcessContextParallelGroup> group;
+  std::unique_ptr<InProcessContextParallelGroup> group;  // its address is the config's pointer
 };
 
 // `log` receives the runner's start-up log lines when it is callable. `group`, when given, receives

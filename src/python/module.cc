@@ -185,17 +185,17 @@ struct PyRunner {
     return *runner;
   }
   // A rank whose call raises (a bad argument or a failed step) fails its context-parallel group, so
-  // that the other ranks' all-gathers raise instead of waiting for it forever.
+  // that the other ranks' all-gathers raise instead of waiting for it forever. (The GIL is held
+  // again when the exception leaves `work`.)
   template <class Work>
   void failing_ranks_fail_the_group(const Work& work) {
     try {
       work();
     } catch (...) {
-      if (cp_hub) cp_hub->fail();
+      if (context_parallel_group.is_valid()) nb::cast<PyContextParallelGroup&>(context_parallel_group).group->fail();
       throw;
     }
   }
-  std::shared_ptr<InProcessHub> cp_hub;  // the group's hub, when there is a group
   LayerId resolve(nb::handle layer) const {
     ModelRunner& r = get();
     if (PyUnicode_Check(layer.ptr())) return r.layer_id(nb::cast<std::string>(layer));
@@ -255,8 +255,8 @@ constexpr const char* kHubDoc =
     "hub.group(r)) and runs the same steps (the same block tables) in its own thread; each stores its\n"
     "share of every request's KV and the ranks' partial attentions are merged, so every rank's output\n"
     "is the whole attention. Its all-gather is a host barrier and copies: for tests and simulation,\n"
-    "not capturable (NCCL groups are C++ only). platform: 'cpu' or 'cuda', as the runners' (a runner\n"
-    "refuses a hub of the other kind).";
+    "not capturable (NCCL groups are C++ only). platform: 'cpu', 'cuda' or 'auto', as the runners' (a\n"
+    "runner refuses a hub of the other kind).";
 
 void bind_context_parallel(nb::module_& m) {
   nb::class_<PyContextParallelGroup>(m, "ContextParallelGroup",
@@ -269,8 +269,8 @@ void bind_context_parallel(nb::module_& m) {
       .def(
           "__init__",
           [](PyContextParallelHub* self, std::int32_t size, const std::string& platform) {
-            if (platform != "cpu" && platform != "cuda") throw Error("platform", platform, "cpu, cuda");
-            auto hub = std::make_shared<InProcessHub>(size, platform == "cuda");
+            const bool device_memory = to_platform(platform, "platform").kind == PlatformKind::kCuda;
+            auto hub = std::make_shared<InProcessHub>(size, device_memory);
             new (self) PyContextParallelHub{std::move(hub)};
           },
           "size"_a, "platform"_a = "cpu")
@@ -278,10 +278,7 @@ void bind_context_parallel(nb::module_& m) {
       .def(
           "group",
           [](const PyContextParallelHub& h, std::int32_t rank) {
-            PyContextParallelGroup g;
-            g.hub = h.hub;
-            g.group = std::make_unique<InProcessContextParallelGroup>(h.hub, rank);
-            return g;
+            return PyContextParallelGroup{std::make_unique<InProcessContextParallelGroup>(h.hub, rank)};
           },
           "rank"_a, "The group object of rank `rank` (in [0, size)).")
       .def(
@@ -317,7 +314,6 @@ void bind_runner(nb::module_& m) {
             auto runner = std::make_unique<ModelRunner>(std::move(specs), std::move(c));
             new (self) PyRunner();
             self->runner = std::move(runner);
-            if (group.is_valid()) self->cp_hub = nb::cast<PyContextParallelGroup&>(group).hub;
             self->context_parallel_group = std::move(group);
           },
           "layers"_a, "config"_a = nb::none(), "log"_a = nb::none())

@@ -116,6 +116,9 @@ def test_a_wrong_group_is_refused_naming_the_field():
         attnkit.ContextParallelHub(0)
     assert e.value.field == "context_parallel.size"
     with pytest.raises(attnkit.Error) as e:
+        attnkit.ContextParallelHub(2, platform="tpu")
+    assert e.value.field == "platform"
+    with pytest.raises(attnkit.Error) as e:
         attnkit.ModelRunner(LAYERS, rank_config("CSR_PLAN", 2, 0, 1, hub.group(0)))
     assert "context_parallel" in str(e.value)
 

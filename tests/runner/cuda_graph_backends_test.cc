@@ -26,6 +26,7 @@
 
 #include "support/guarded_device_buffer.h"
 #include "support/hand_step.h"
+#include "support/runner_driver.h"
 #endif
 
 namespace attnkit {
@@ -49,18 +50,8 @@ bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
 std::vector<LayerSpec> model(int q_heads = kQHeads) {
   std::vector<LayerSpec> layers;
   for (int i = 0; i < kLayers; ++i) {
-    LayerSpec l;
-    l.name = "layers." + std::to_string(i) + ".attn";
-    l.params.num_q_heads = q_heads;
-    l.params.num_kv_heads = kKVHeads;
-    l.params.head_size = kHeadSize;
-    l.params.dtype = DType::kBFloat16;
-    l.params.kv_cache_dtype = DType::kBFloat16;
-    l.kv_spec.block_size = kPage;
-    l.kv_spec.num_kv_heads = kKVHeads;
-    l.kv_spec.head_size = kHeadSize;
-    l.kv_spec.dtype = DType::kBFloat16;
-    layers.push_back(l);
+    layers.push_back(attention_layer("layers." + std::to_string(i) + ".attn", q_heads, kKVHeads, kHeadSize, kPage,
+                                     /*window=*/0, DType::kBFloat16, DType::kBFloat16));
   }
   return layers;
 }

@@ -52,6 +52,8 @@ class InProcessContextParallelGroup final : public ContextParallelGroup {
   void all_gather(void* buffer, std::size_t bytes_per_rank, Stream stream) override;
   bool capturable() const override { return false; }
   bool device_buffers() const override { return hub_->device_memory(); }
+  // This rank cannot go on: every rank's all-gather raises from now on (InProcessHub::fail).
+  void fail() { hub_->fail(); }
   std::string describe() const override;
 
  private:
