@@ -62,18 +62,23 @@ void merge_on_host(const ContextParallelMergeArgs& a, const TensorView& output_v
   const HostTensorView output = host_view(output_view, "output");
   const HostTensorView lse = lse_view.empty() ? HostTensorView{} : host_view(lse_view, "lse");
   void* buffer = const_cast<void*>(a.buffer);
+  // Each rank's views once per layer, not per row (check_io: ranks <= kMaxContextParallelSize).
+  HostTensorView outputs[kMaxContextParallelSize], lses[kMaxContextParallelSize];
+  for (std::int32_t k = 0; k < a.ranks; ++k) {
+    outputs[k] = host_view(partial_output_view(buffer, l, k, MemorySpace::kHost), "partials");
+    lses[k] = host_view(partial_lse_view(buffer, l, k, MemorySpace::kHost), "partials");
+  }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float acc[256];  // check_io: head_size <= 256
   for (std::int64_t t = 0; t < l.rows; ++t) {
     for (std::int64_t h = 0; h < l.heads; ++h) {
       float merged_lse = kNegInf;
       for (std::int32_t k = 0; k < a.ranks; ++k) {
-        const float partial_lse = host_view(partial_lse_view(buffer, l, k, MemorySpace::kHost), "partials").get(t, h);
+        const float partial_lse = lses[k].get(t, h);
         if (partial_lse == kNegInf) continue;
-        const HostTensorView partial = host_view(partial_output_view(buffer, l, k, MemorySpace::kHost), "partials");
         const kernels::MergeWeights w = kernels::merge_weights(merged_lse, partial_lse);
         for (std::int64_t c = 0; c < l.head_size; ++c) {
-          acc[c] = (merged_lse == kNegInf ? 0.0f : w.wa * acc[c]) + w.wb * partial.get(t, h, c);
+          acc[c] = (merged_lse == kNegInf ? 0.0f : w.wa * acc[c]) + w.wb * outputs[k].get(t, h, c);
         }
         merged_lse = w.lse;
       }
