@@ -50,8 +50,8 @@ bool have_gpu() { return testing::have_gpu() && probe_gpu().available(); }
 std::vector<LayerSpec> model(int q_heads = kQHeads) {
   std::vector<LayerSpec> layers;
   for (int i = 0; i < kLayers; ++i) {
-    layers.push_back(attention_layer("layers." + std::to_string(i) + ".attn", q_heads, kKVHeads, kHeadSize, kPage,
-                                     /*window=*/0, DType::kBFloat16, DType::kBFloat16));
+    layers.push_back(testing::attention_layer("layers." + std::to_string(i) + ".attn", q_heads, kKVHeads, kHeadSize, kPage,
+                                              /*window=*/0, DType::kBFloat16, DType::kBFloat16));
   }
   return layers;
 }
