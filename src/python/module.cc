@@ -223,13 +223,15 @@ nb::dict group_dict(const ModelRunner& r, const KVGroupState& g, std::size_t ind
   d["layout"] = std::string(to_string(g.geometry.layout));
   d["max_blocks_per_req"] = g.max_manager_blocks_per_req;
   d["spec"] = g.geometry.spec.describe();
-  nb::list layers, backends;
+  nb::list layers, backends, reused;
   for (const AttentionGroup& a : g.attn_groups) {
     backends.append(std::string(a.backend->name()));
+    reused.append(a.reused_plan);
     for (LayerId id : a.layers) layers.append(r.layer(id).name);
   }
   d["layers"] = layers;
   d["backends"] = backends;
+  d["reused_plan"] = reused;
   return d;
 }
 
@@ -349,7 +351,9 @@ void bind_runner(nb::module_& m) {
           },
           "The KV-cache groups (K2), one dict each: index, kind, block_size (tokens per manager block), "
           "kernel_block_size, num_blocks (manager block ids are in [0, num_blocks)), layout, "
-          "max_blocks_per_req (the longest block-table row), layers, backends. prepare_step takes one "
+          "max_blocks_per_req (the longest block-table row), layers, backends, reused_plan (per attention group: "
+          "whether the last prepared step took another group's plan and only its own page table, G4). "
+          "prepare_step takes one "
           "block table per group, in this order.")
       .def(
           "selection", [](const PyRunner& r, nb::handle layer) { return PySelection::of(r.get().selection(r.resolve(layer))); },

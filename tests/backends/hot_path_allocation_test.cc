@@ -11,6 +11,7 @@
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 #include "attnkit/backends/varlen/varlen_backend.h"
+#include "attnkit/metadata/persistent_schedule.h"
 #include "backends/paged_batch.h"
 #include "support/through_selector.h"
 
@@ -70,6 +71,25 @@ TEST(HotPath, VarlenBuildAndForwardAllocateNothing) {
   p.sinks = {0.1f, 0.2f, 0.3f, 0.4f};
   p.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
   expect_allocation_free(backend_type_of<VarlenBackend>(), KVLayout::kFusedHND, p);
+}
+
+TEST(HotPath, PersistentKernelWorkListsAllocateNothing) {
+  // FLASHINFER's FA3 prefill plan (the scheduler's per-step part), at 1 x 16384 and 16 x 1024.
+  PersistentScheduler scheduler(16, 16384, 32, 128, 132);
+  std::vector<std::byte> lists(scheduler.max_bytes());
+  const std::vector<std::int32_t> one_qo = {0, 16384}, one_kv_indptr = {0, 1024}, one_kv = {16384};
+  std::vector<std::int32_t> many_qo = {0}, many_kv_indptr = {0}, many_kv(16, 1024);
+  for (int r = 0; r < 16; ++r) {
+    many_qo.push_back(many_qo.back() + 1024);
+    many_kv_indptr.push_back(many_kv_indptr.back() + 64);
+  }
+  const long n = allocations_during([&] {
+    for (int step = 0; step < 2; ++step) {
+      scheduler.schedule({one_qo, one_kv_indptr, one_kv, true}, lists);
+      scheduler.schedule({many_qo, many_kv_indptr, many_kv, true}, lists);
+    }
+  });
+  EXPECT_EQ(n, 0);
 }
 
 TEST(HotPath, CsrPlanBuildAndForwardAllocateNothing) {

@@ -319,20 +319,6 @@ TEST(FlashInferPrefill, RefusesAPlanOrRunItCannotMakeBeforeAnyCudaCall) {
   EXPECT_EQ(kernels::flashinfer_prefill_run(run, kernels::FlashInferPrefillPlan{}, nullptr).cuda_error,
             cudaErrorInvalidValue)
       << "a run without a plan";
-  const auto fa3_refused = [](const kernels::FlashInferPrefillBatch& b, const std::int32_t* kv_lens) {
-    kernels::FlashInferFa3Plan plan;
-    return kernels::flashinfer_fa3_plan(b, kv_lens, {}, &plan).cuda_error == cudaErrorInvalidValue && !plan.planned;
-  };
-  const std::int32_t kv_lens[] = {40, 30};
-  EXPECT_TRUE(fa3_refused(good, nullptr)) << "an FA3 plan without host KV lengths";
-  b = good;
-  b.batch_size = 0;
-  EXPECT_TRUE(fa3_refused(b, kv_lens)) << "an empty FA3 sub-batch";
-  b = good;
-  b.total_rows = 4096 * 128;
-  EXPECT_TRUE(fa3_refused(b, kv_lens)) << "a step FlashInfer would plan with the schedule not instantiated";
-  EXPECT_FALSE(kernels::flashinfer_fa3_supported_step(1, 4096 * 128 + 1));
-  EXPECT_TRUE(kernels::flashinfer_fa3_supported_step(256, 16384));
   run.window_left = 31;
   EXPECT_EQ(kernels::flashinfer_fa3_run(run, kernels::FlashInferFa3Plan{}, nullptr).cuda_error, cudaErrorInvalidValue)
       << "an FA3 run without a plan, or with a window";

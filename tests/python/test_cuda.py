@@ -72,6 +72,36 @@ def test_cuda_backend_matches_brute_force(backend):
     drive(runner, LAYERS, np.float16, seed=31 if backend == "VARLEN" else 32)
 
 
+# G4: a soft-capped model of full and sliding-window layers (Gemma 2's shape): the two KV groups
+# share a page size, and each backend that declares supports_update_block_table runs the sliding
+# group from the full group's plan of the step with only its own page table swapped in.
+G4_LAYERS = [
+    attnkit.LayerSpec(f"layers.{i}.attn", num_q_heads=8, num_kv_heads=2, head_size=128, dtype="float16",
+                      soft_cap=20.0, **({"sliding_window": 8} if i % 2 else {}))
+    for i in range(4)
+]
+
+
+@pytest.mark.parametrize("backend", ["VARLEN", "FLASHINFER"])
+def test_a_group_that_reuses_anothers_plan_matches_brute_force(backend):
+    caps = {b["name"]: b for b in attnkit.backends()}
+    if backend not in caps:
+        pytest.skip(f"this build has no {backend} backend")
+    runner = cuda_runner(G4_LAYERS, backend)
+    groups = runner.kv_groups
+    assert len(groups) == 2 and groups[0]["kernel_block_size"] == groups[1]["kernel_block_size"]
+    rng = np.random.default_rng(36)
+    engine = Engine(runner, G4_LAYERS, np.float16, rng, to_device=on_gpu, to_host=to_host,
+                    synchronize=torch.cuda.synchronize)
+    for _ in range(5):
+        for _ in range(int(rng.integers(1, 3))):
+            engine.add_request(int(rng.integers(8, 60)))
+        engine.step(engine.random_schedule(max_tokens=48))
+        reused = [g["reused_plan"] for g in runner.kv_groups]
+        assert reused == [[False], [True]], f"{backend}: plan reuse per group {reused}"
+    assert engine.rows_checked > 0
+
+
 def test_gpu_reference_float32():
     layers = [attnkit.LayerSpec("attn", num_q_heads=4, num_kv_heads=4, head_size=64, dtype="float32", soft_cap=3.0)]
     drive(cuda_runner(layers, "GPU_REFERENCE"), layers, np.float32, seed=33, rtol=1e-4, atol=1e-4)

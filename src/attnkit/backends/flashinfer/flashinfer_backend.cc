@@ -95,7 +95,7 @@ const BackendCaps& FlashInferBackend::caps() {
     fa3.variant = kFlashInferFa3Variant;
     fa3.summary =
         "decodes through the FA2 template (one-row queries), prefills and extends through FlashInfer's FA3 template "
-        "(Hopper: warp-specialized, wgmma) and its PrefillSM90Plan; causal, no window or soft-cap";
+        "(Hopper: warp-specialized, wgmma) with our own LPT work lists; causal, no window or soft-cap";
     const std::span<const int> fa3_heads = kernels::flashinfer_fa3_head_sizes();
     fa3.head_sizes = {fa3_heads.begin(), fa3_heads.end()};
     fa3.features = FeatureSet{Feature::kReturnLse};
@@ -127,7 +127,9 @@ const BackendCaps& FlashInferBackend::caps() {
     // builder); mixed steps run eagerly between the graph's pieces.
     c.cudagraph_support = CudaGraphSupport::kUniformSingleTokenDecode;
     c.reorder_batch_threshold = kFlashInferDecodeThreshold;
-    c.supports_update_block_table = false;
+    // G4: a group reuses another's plan of the same variant, shape, KV dtype and key coverage
+    // (FlashInferMetadataBuilder::update_block_table); any other plans for itself.
+    c.supports_update_block_table = true;
     return c;
   }();
   return caps;

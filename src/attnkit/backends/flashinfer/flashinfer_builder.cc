@@ -68,11 +68,10 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
                                                                                 xqa_resident_ctas_));
   }
   if (kernels_.prefill == FlashInferKernel::kFa3) {
-    ATTNKIT_REQUIRE(kernels::flashinfer_fa3_supported_step(max_reqs, max_tokens), "max_num_tokens/max_num_reqs",
-                    str(max_tokens) + "/" + str(max_reqs), "at most 4096 query tiles of 128 rows per head",
-                    "FlashInfer's SM90 plan would switch to a schedule the fa3-paged variant does not instantiate");
-    int_bytes_ = std::max(int_bytes_, kernels::flashinfer_fa3_int_bytes_bound(max_reqs, max_tokens, ctx.num_q_heads,
-                                                                              ctx.head_size, sms));
+    // The FA3 kernel's persistent grid is one CTA per SM; its work lists are ours.
+    fa3_scheduler_ = PersistentScheduler(max_reqs, max_tokens, ctx.num_q_heads,
+                                         kernels::flashinfer_fa3_tile_rows(ctx.head_size), sms);
+    int_bytes_ = std::max(int_bytes_, fa3_scheduler_.max_bytes());
   }
 
   WorkspaceLayout layout;
@@ -107,6 +106,8 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   m.num_q_heads = ctx.num_q_heads;
   m.num_kv_heads = ctx.num_kv_heads;
   m.head_size = ctx.head_size;
+  m.kv_dtype = ctx.kv_spec.dtype;
+  m.window_left = window_left_;
   m.kv_indices = indices_.device;
   m.float_buffer = float_buffer_.data();
   m.decode.int_buffer = decode_ints_.device;
@@ -173,10 +174,34 @@ void FlashInferMetadataBuilder::plan_sub_batch(const CsrSubBatch& batch, std::in
     kernels::check_launch(
         kernels::flashinfer_decode_plan(context_.kv_spec.dtype, b, w, graph_plan, &out.decode_plan));
   } else if (kernel == FlashInferKernel::kFa3) {
-    kernels::check_launch(kernels::flashinfer_fa3_plan(b, seq_lens_.host + batch.first_request, w, &out.fa3_plan));
+    plan_fa3(batch, qo, ints, out.fa3_plan);
   } else {
     kernels::check_launch(kernels::flashinfer_prefill_plan(b, w, graph_plan, &out.plan));
   }
+}
+
+// The FA3 kernel's work lists, written by our scheduler straight into the pinned mirror (no
+// FlashInfer plan call: its PrefillSM90Plan took 0.27-1.0 ms per step, bench/notes/flashinfer.md).
+void FlashInferMetadataBuilder::plan_fa3(const CsrSubBatch& batch, const WorkspaceRegion<std::int32_t>& qo,
+                                         const WorkspaceRegion<std::byte>& ints, kernels::FlashInferFa3Plan& out) {
+  const auto n = sz(batch.num_reqs);
+  PersistentBatch b;
+  b.qo_indptr = std::span<const std::int32_t>(qo.host, n + 1);
+  b.kv_indptr = std::span<const std::int32_t>(indptr_.host + batch.first_request, n + 1);
+  b.kv_len = std::span<const std::int32_t>(seq_lens_.host + batch.first_request, n);
+  b.causal = true;  // the one mask instantiated
+  const PersistentWorkLists lists = fa3_scheduler_.schedule(b, std::span<std::byte>(ints.host, int_bytes_));
+  out.planned = true;
+  out.qo_tile_indices_offset = lists.qo_tile_indices_offset;
+  out.qo_indptr_offset = lists.qo_indptr_offset;
+  out.kv_indptr_offset = lists.kv_indptr_offset;
+  out.qo_len_offset = lists.qo_len_offset;
+  out.kv_len_offset = lists.kv_len_offset;
+  out.head_indices_offset = lists.head_indices_offset;
+  out.work_indptr_offset = lists.work_indptr_offset;
+  out.batch_indices_offset = lists.batch_indices_offset;
+  out.num_works = lists.num_items;
+  out.int_bytes_used = lists.bytes_used;
 }
 
 const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_prefix_len,
@@ -193,6 +218,7 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
   out.decode_qo = decode_qo_.host_span(decode_qo_.capacity);
   out.prefill_qo = prefill_qo_.host_span(prefill_qo_.capacity);
   FlashInferMetadata& m = metadata_;
+  reused_plan_ = false;
   m.step = plan_csr_step(common, context_.kernel_block_size, kFlashInferDecodeThreshold, max_blocks_per_req_, out);
   const std::int32_t n = m.step.num_reqs;
   const bool decode_only = n > 0 && m.step.prefill.num_reqs == 0 && m.step.decode.num_tokens == n;
@@ -240,18 +266,78 @@ const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_pr
 }
 
 void FlashInferMetadataBuilder::enqueue(Stream stream) {
-  workspace_.upload(csr_upload_bytes_, stream);
-  if (metadata_.graph_plan) {
+  const FlashInferMetadata& m = metadata_;
+  if (reused_plan_) {
+    // The planning builder uploads the plan; this group's page indices are its own.
+    if (!m.graph_plan) workspace_.upload_range(indices_.offset, sz(m.step.num_pages) * sizeof(std::int32_t), stream);
+  } else {
+    workspace_.upload(csr_upload_bytes_, stream);
+  }
+  if (m.graph_plan) {
     kernels::GatherCsrIndicesParams p;
     p.block_table = device_block_table_;
     p.row_stride = block_table_stride_;
-    p.indptr = indptr_.device;
-    p.num_reqs = metadata_.decode.launch_reqs;
+    p.indptr = m.decode.kv_indptr;  // the decodes lead (first request 0): the whole step's indptr
+    p.num_reqs = m.decode.launch_reqs;
     p.indices = indices_.device;
     kernels::check_launch(kernels::launch_gather_csr_indices(p, stream.handle));
   }
-  workspace_.upload_range(decode_ints_.offset, metadata_.decode.int_upload_bytes(), stream);
-  workspace_.upload_range(prefill_ints_.offset, metadata_.prefill.int_upload_bytes(), stream);
+  if (reused_plan_) return;
+  workspace_.upload_range(decode_ints_.offset, m.decode.int_upload_bytes(), stream);
+  workspace_.upload_range(prefill_ints_.offset, m.prefill.int_upload_bytes(), stream);
+}
+
+const AttentionMetadata& FlashInferMetadataBuilder::update_block_table(const AttentionMetadata& planned,
+                                                                       const CommonAttentionMetadata& common) {
+  const auto& plan = metadata_cast<FlashInferMetadata>(planned, FlashInferBackend::caps());
+  ATTNKIT_REQUIRE(common.num_reqs == plan.step.num_reqs && common.num_actual_tokens == plan.step.num_actual_tokens,
+                  "update_block_table batch",
+                  str(common.num_reqs) + " reqs / " + str(common.num_actual_tokens) + " tokens",
+                  str(plan.step.num_reqs) + " reqs / " + str(plan.step.num_actual_tokens) + " tokens",
+                  "a plan is reused only for a group with the same batch structure");
+  FlashInferMetadata& m = metadata_;
+  // The kernels a plan was made for, the splits and workspace offsets it chose (from the layer
+  // shape and the KV element size) and the keys it covers must be this group's.
+  const bool same_kernels = plan.variant == m.variant && plan.page_size == m.page_size &&
+                            plan.num_q_heads == m.num_q_heads && plan.num_kv_heads == m.num_kv_heads &&
+                            plan.head_size == m.head_size && plan.kv_dtype == m.kv_dtype;
+  const bool covers_keys = plan.window_left < 0 || plan.window_left == m.window_left;
+  if (!same_kernels || !covers_keys) return build(0, common);
+  if (&plan == &m) return m;
+  ATTNKIT_REQUIRE(!plan.graph_plan || common.block_table.num_rows >= plan.decode.launch_reqs, "block_table rows",
+                  str(common.block_table.num_rows), ">= " + str(plan.decode.launch_reqs),
+                  "a graph plan gathers a page row per padded request");
+
+  // The plan as it is: CSR offsets, sub-plans (their device arrays and work lists are the planning
+  // builder's, uploaded by its enqueue), XQA's split; this builder keeps its own page indices,
+  // split-KV partials (float buffer) and XQA semaphores and scratch.
+  std::int32_t* const own_indices = m.kv_indices;
+  void* const own_float = m.float_buffer;
+  const FlashInferXqaDecode own_xqa = m.xqa;
+  const std::int32_t own_window = m.window_left;
+  m = plan;
+  m.kv_indices = own_indices;
+  m.float_buffer = own_float;
+  m.window_left = own_window;
+  m.xqa.semaphores = own_xqa.semaphores;
+  m.xqa.scratch = own_xqa.scratch;
+  if (m.decode.kernel == FlashInferKernel::kXqa && m.decode.launch_reqs > 0) {
+    // XQA reads the block table itself: this group's.
+    m.xqa.block_table = common.block_table.data.data();
+    m.xqa.block_table_stride = common.block_table.row_stride;
+    m.xqa.seq_lens = common.seq_lens.data();
+  }
+  if (m.graph_plan) {
+    device_block_table_ = common.block_table.data.data();
+    block_table_stride_ = common.block_table.row_stride;
+    m.indices_host = {};
+  } else {
+    const std::span<std::int32_t> indices = indices_.host_span(indices_.capacity);
+    fill_csr_indices(common, plan.indptr_host, indices);
+    m.indices_host = indices.first(sz(m.step.num_pages));
+  }
+  reused_plan_ = true;
+  return m;
 }
 
 void FlashInferMetadataBuilder::graph_buffers(std::vector<GraphBuffer>& out) const {

@@ -27,6 +27,7 @@
 
 #include "attnkit/backends/backend.h"
 #include "attnkit/backends/flashinfer/flashinfer_metadata.h"
+#include "attnkit/metadata/persistent_schedule.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/workspace.h"
 
@@ -45,19 +46,30 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   // plus FlashInfer's PrefillPlan per sub-batch (its scheduler allocates small host vectors; that
   // is FlashInfer's code, measured in the host time). Reads no device memory, never synchronizes.
   const AttentionMetadata& build(std::int32_t common_prefix_len, const CommonAttentionMetadata& common) override;
-  // Per step (hot path), device part: three asynchronous copies (CSR arrays, each plan's ints).
+  // Per step (hot path), device part: three asynchronous copies (CSR arrays, each plan's ints);
+  // after update_block_table only this group's page indices.
   void enqueue(Stream stream) override;
+  // G4, per step (hot path, host): another FLASHINFER builder's plan of this step for a group of
+  // the same variant, layer shape and KV dtype whose plan covers this group's keys (no window, or
+  // the same one) is taken as it is (its sub-plans, CSR offsets and work lists on the device, which
+  // its own enqueue uploads); only the page indices are this group's, O(pages) from `common`'s
+  // block table. Any other plan is not reused: the builder plans for itself.
+  const AttentionMetadata& update_block_table(const AttentionMetadata& planned,
+                                              const CommonAttentionMetadata& common) override;
   void graph_buffers(std::vector<GraphBuffer>& out) const override;
 
  private:
   void plan_sub_batch(const CsrSubBatch& batch, std::int32_t launch_reqs, bool graph_plan, FlashInferKernel kernel,
                       const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
                       FlashInferSubPlan& out);
+  void plan_fa3(const CsrSubBatch& batch, const WorkspaceRegion<std::int32_t>& qo, const WorkspaceRegion<std::byte>& ints,
+                kernels::FlashInferFa3Plan& out);
   bool is_capture_size(std::int32_t num_tokens_padded) const;
   void pad_decode_requests(std::int32_t num_reqs, std::int32_t num_reqs_padded);
 
   BuilderContext context_;
   FlashInferKernels kernels_;  // the variant's (flashinfer_kernels_of)
+  PersistentScheduler fa3_scheduler_;  // the FA3 kernel's work lists (prefill sub-batches)
   DeviceArray<std::uint32_t> xqa_semaphores_;
   DeviceArray<std::byte> xqa_scratch_;
   std::int32_t xqa_resident_ctas_ = 0;  // kernels::flashinfer_xqa_resident_ctas
@@ -71,6 +83,7 @@ class FlashInferMetadataBuilder final : public MetadataBuilder {
   DeviceArray<std::byte> copy_sink_;
   void* copy_stream_ = nullptr;
   std::size_t csr_upload_bytes_ = 0;
+  bool reused_plan_ = false;  // this step's plan is another builder's (update_block_table)
   // Graph plans: the runner's device block table the page indices are gathered from.
   const std::int32_t* device_block_table_ = nullptr;
   std::int32_t block_table_stride_ = 0;

@@ -27,8 +27,9 @@ struct FlashInferSubPlan {
   // The requests the kernel is launched over: batch.num_reqs, or in a CUDA-graph plan the step's
   // padded request count (padding requests have one query row and no keys).
   std::int32_t launch_reqs = 0;
-  // The kernel and its plan: the FA2 template's PrefillPlan, the FA3 template's SM90 plan, the
-  // decode kernel's DecodePlan, or none (XQA, see FlashInferXqaDecode).
+  // The kernel and its plan: the FA2 template's PrefillPlan, the FA3 template's work lists (ours,
+  // metadata/persistent_schedule.h), the decode kernel's DecodePlan, or none (XQA, see
+  // FlashInferXqaDecode).
   FlashInferKernel kernel = FlashInferKernel::kFa2;
   kernels::FlashInferPrefillPlan plan;
   kernels::FlashInferFa3Plan fa3_plan;
@@ -72,7 +73,12 @@ struct FlashInferMetadata final : AttentionMetadata {
   std::int32_t output_rows = 0;  // query, output and LSE rows the kernels read and write
   std::int32_t page_size = 0;
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_size = 0;  // the layer shape planned for
-  std::int32_t* kv_indices = nullptr;  // device, [step.num_pages]
+  DType kv_dtype = DType::kBFloat16;                              // FlashInfer's plans read its size
+  // The window FlashInfer's FA2 plans were made for (-1: none). A plan for the whole key range also
+  // serves a windowed layer (its kernels start each chunk at the window, and chunks past the keys
+  // are empty); a windowed plan covers only the window's keys. G4 reuse reads it.
+  std::int32_t window_left = -1;
+  std::int32_t* kv_indices = nullptr;  // device, [step.num_pages] (always the group's own: G4 swaps it)
   void* float_buffer = nullptr;        // device, split-KV partials (shared by the sub-batches)
   FlashInferSubPlan decode;            // requests [0, step.decode.num_reqs)
   FlashInferSubPlan prefill;           // the rest

@@ -23,12 +23,7 @@ LaunchStatus run_flashinfer_fa3(const FlashInferPrefillRun&, const FlashInferFa3
 
 namespace {
 constexpr const char* kPlanName = "flashinfer_prefill_plan";
-constexpr const char* kFa3PlanName = "flashinfer_fa3_plan";
 constexpr const char* kFa3RunName = "flashinfer_batch_prefill_paged_sm90";
-// FlashInfer's SM90 plan: query tiles of 128 rows (192 at head size 64), and the per-head
-// schedule only while a head has at most 4096 work items.
-constexpr std::int64_t kFa3MinTileRows = 128;
-constexpr std::int64_t kFa3MaxWorksPerHead = 4096;
 constexpr const char* kLseName = "flashinfer_lse_to_natural";
 
 template <class Element>
@@ -172,53 +167,6 @@ LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32
 
 // ---- FA3 template ---------------------------------------------------------------------------------
 
-bool flashinfer_fa3_supported_step(std::int32_t max_reqs, std::int32_t max_rows) {
-  return (max_rows + kFa3MinTileRows - 1) / kFa3MinTileRows + max_reqs - 1 <= kFa3MaxWorksPerHead;
-}
-
-LaunchStatus flashinfer_fa3_plan(const FlashInferPrefillBatch& b, const std::int32_t* kv_len_host,
-                                 const FlashInferPlanBuffers& w, FlashInferFa3Plan* plan) {
-  if (plan == nullptr || b.batch_size <= 0 || b.num_kv_heads <= 0 || b.num_q_heads % b.num_kv_heads != 0 ||
-      b.qo_indptr_host == nullptr || b.kv_indptr_host == nullptr || kv_len_host == nullptr || b.page_size <= 0 ||
-      !flashinfer_fa3_supported_step(b.batch_size, b.total_rows)) {
-    return {static_cast<int>(cudaErrorInvalidValue), kFa3PlanName};
-  }
-  try {
-    flashinfer::PrefillPlanSM90Info info;
-    const cudaError_t status = flashinfer::PrefillSM90Plan<std::int32_t>(
-        w.float_buffer, w.float_bytes, w.int_copy_target, w.int_pinned, w.int_bytes, info,
-        const_cast<std::int32_t*>(b.qo_indptr_host), const_cast<std::int32_t*>(b.kv_indptr_host),
-        const_cast<std::int32_t*>(kv_len_host), static_cast<std::uint32_t>(b.total_rows),
-        static_cast<std::uint32_t>(b.batch_size), static_cast<std::uint32_t>(b.num_q_heads),
-        static_cast<std::uint32_t>(b.num_kv_heads), static_cast<std::uint32_t>(b.head_size),
-        static_cast<std::uint32_t>(b.head_size), static_cast<std::uint32_t>(b.page_size), /*causal=*/true,
-        /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, static_cast<cudaStream_t>(w.copy_stream));
-    if (status != cudaSuccess) return {static_cast<int>(status), kFa3PlanName};
-    if (info.same_schedule_for_all_heads) return {static_cast<int>(cudaErrorNotSupported), kFa3PlanName};
-    plan->planned = true;
-    plan->qo_tile_indices_offset = info.qo_tile_indices_offset;
-    plan->qo_indptr_offset = info.qo_indptr_offset;
-    plan->kv_indptr_offset = info.kv_indptr_offset;
-    plan->qo_len_offset = info.qo_len_offset;
-    plan->kv_len_offset = info.kv_len_offset;
-    plan->head_indices_offset = info.head_indices_offset;
-    plan->work_indptr_offset = info.work_indptr_offset;
-    plan->batch_indices_offset = info.batch_indices_offset;
-    // FlashInfer does not report the bytes it used: the batch indices are its last array, one
-    // entry per work item, and work_indptr (in the pinned copy) ends at the number of items.
-    const std::int32_t sms = flashinfer_device_sms();
-    const auto* work_indptr =
-        reinterpret_cast<const std::int32_t*>(static_cast<const char*>(w.int_pinned) + info.work_indptr_offset);
-    plan->num_works = work_indptr[sms];
-    plan->int_bytes_used = static_cast<std::size_t>(info.batch_indices_offset) +
-                           sizeof(std::int32_t) * static_cast<std::size_t>(plan->num_works);
-    return {0, kFa3PlanName};
-  } catch (const std::exception& e) {
-    plan->planned = false;
-    return {static_cast<int>(cudaErrorInvalidValue), kFa3PlanName, remember_flashinfer_error(e.what())};
-  }
-}
-
 std::span<const int> flashinfer_fa3_head_sizes() { return flashinfer_prefill_head_sizes(); }
 
 bool flashinfer_fa3_instantiated(DType dtype, int head_size) {
@@ -245,16 +193,6 @@ LaunchStatus flashinfer_fa3_run(const FlashInferPrefillRun& r, const FlashInferF
   const auto s = static_cast<cudaStream_t>(stream);
   return r.dtype == DType::kBFloat16 ? run_fa3_for_head_size<__nv_bfloat16>(r, plan, s)
                                      : run_fa3_for_head_size<half>(r, plan, s);
-}
-
-std::size_t flashinfer_fa3_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t num_q_heads,
-                                           std::int32_t head_size, std::int32_t num_sms) {
-  (void)head_size;  // 128-row tiles are the smallest FlashInfer's SM90 plan uses
-  // Seven arrays of one int per work item (at most heads x (ceil(rows / tile) + requests - 1)),
-  // each 16-byte aligned, and work_indptr of SMs + 1 entries.
-  const std::size_t works = static_cast<std::size_t>(num_q_heads) *
-                            static_cast<std::size_t>((max_rows + kFa3MinTileRows - 1) / kFa3MinTileRows + max_reqs);
-  return 7 * (4 * works + 16) + 4 * (static_cast<std::size_t>(num_sms) + 1) + 16 + 4096;
 }
 
 std::int32_t flashinfer_device_sms() {

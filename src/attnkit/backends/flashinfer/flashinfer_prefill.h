@@ -115,7 +115,8 @@ LaunchStatus flashinfer_scale_output(void* output, DType dtype, std::int64_t row
 // and 256 with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES), causal, no window, no soft-cap, LSE optional
 // (base 2, as FA2's), int32 CSR page tables, any page size, K and V at the same strides.
 
-// FlashInfer's PrefillSM90Plan output: offsets into the int workspace.
+// The kernel's work lists (metadata/persistent_schedule.h, written by the builder into its pinned
+// mirror; FlashInfer's own PrefillSM90Plan is not called): offsets into the int workspace.
 struct FlashInferFa3Plan {
   bool planned = false;
   std::int64_t qo_tile_indices_offset = 0, qo_indptr_offset = 0, kv_indptr_offset = 0, qo_len_offset = 0;
@@ -124,22 +125,15 @@ struct FlashInferFa3Plan {
   std::size_t int_bytes_used = 0;    // what must reach the device int buffer
 };
 
-// Start-up: whether FlashInfer's SM90 plan keeps its per-head schedule (the one instantiated) for
-// every step of at most max_rows query rows in at most max_reqs requests.
-bool flashinfer_fa3_supported_step(std::int32_t max_reqs, std::int32_t max_rows);
+// The query rows of one work item (the template's CTA_Q for the head size) and the CTAs of its
+// persistent grid (one per SM, as the kernel launches it): what the schedule is made for.
+constexpr std::int32_t flashinfer_fa3_tile_rows(int head_size) { return head_size == 64 ? 192 : 128; }
 
-// Per step, host: FlashInfer's PrefillSM90Plan over the batch (`kv_len_host`: each request's KV
-// length in tokens). Copies its pinned buffer like flashinfer_prefill_plan (same buffers).
-LaunchStatus flashinfer_fa3_plan(const FlashInferPrefillBatch& batch, const std::int32_t* kv_len_host,
-                                 const FlashInferPlanBuffers& buffers, FlashInferFa3Plan* plan);
 // Per layer: the FA3 kernel over one planned sub-batch (run.rows rows; window_left and soft_cap
 // must be off).
 LaunchStatus flashinfer_fa3_run(const FlashInferPrefillRun& run, const FlashInferFa3Plan& plan, void* stream);
 std::span<const int> flashinfer_fa3_head_sizes();
 bool flashinfer_fa3_instantiated(DType dtype, int head_size);
-// Upper bound of the FA3 plan's int workspace (start-up).
-std::size_t flashinfer_fa3_int_bytes_bound(std::int32_t max_reqs, std::int32_t max_rows, std::int32_t num_q_heads,
-                                           std::int32_t head_size, std::int32_t num_sms);
 
 // lse[r * stride + h] *= ln 2 for r < rows, h < heads: FlashInfer's base-2 LSE in natural units.
 LaunchStatus flashinfer_lse_to_natural(float* lse, std::int64_t rows, std::int32_t heads, std::int64_t stride,
