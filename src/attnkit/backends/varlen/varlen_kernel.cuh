@@ -99,10 +99,12 @@ struct TileConfig {
   static constexpr int kKvBytes = kFp8 ? 1 : 2;
   static constexpr int kStages = kRing.stages;  // kStages - 1 tiles in flight while one is used
   static constexpr bool kWgmma = Wgmma;
-  static constexpr int kPitch = D + 8;  // 16-bit elements per padded shared row of Q and of 16-bit K/V
-  // fp8 rows of a multiple of 128 bytes are stored swizzled instead of padded (read by this
-  // kernel's own loads, which apply the same swizzle; ldmatrix reads the padded 16-bit rows).
-  static constexpr bool kSwizzled = kFp8 && (D * kKvBytes) % 128 == 0;
+  static constexpr int kPitch = D + 8;  // 16-bit elements per padded shared row of Q
+  // K/V rows of a multiple of 128 bytes are stored swizzled instead of padded in decode tiles (of
+  // either KV dtype) and in fp8 prefill tiles: rows padded to 16 bytes more cost the cp.async copies
+  // into them 8% of the stream rate (bench/notes/varlen.md, r40, v21); readers apply the swizzle
+  // (ldmatrix takes a chunk address per lane). 16-bit prefill tiles keep padded rows.
+  static constexpr bool kSwizzled = (kFp8 || WarpsM == 1) && !Wgmma && (D * kKvBytes) % 128 == 0;
   static constexpr TileLayout kLayout =
       kWgmma ? TileLayout::kBlocked : (kSwizzled ? TileLayout::kSwizzled : TileLayout::kPadded);
   using Loader = PagedTileLoader<kKeys, D * kKvBytes, kThreads, kLayout>;
@@ -574,8 +576,13 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
       for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
         for (int b = 0; b < kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
-      const std::uint16_t* k_rows =
-          k_tile + (n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8) * C::kPitch + ((lane / 8) % 2) * 8;
+      // ldmatrix row addresses of 16-byte chunk `chunk` of K/V tile row `row`, in the tile's layout;
+      // every row a lane addresses has row % 8 == lane % 8 (the swizzle's key).
+      auto kv_chunk = [&](const std::uint16_t* tile, int row, int chunk) {
+        return reinterpret_cast<const unsigned char*>(tile) + row * C::Loader::kPitch +
+               C::Loader::chunk_offset(chunk, lane);
+      };
+      const int k_row = n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8;
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         std::uint32_t a[RB][4];
@@ -609,7 +616,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
 #pragma unroll
           for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
             std::uint32_t b[4];
-            tc::ldmatrix_x4(b, k_rows + kb * 16 * C::kPitch + ks * 16);
+            tc::ldmatrix_x4(b, kv_chunk(k_tile, k_row + kb * 16, 2 * ks + (lane / 8) % 2));
 #pragma unroll
             for (int rb = 0; rb < RB; ++rb) {
               tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
@@ -623,8 +630,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
       for (int rb = 0; rb < RB; ++rb) soften(scores[rb], rb);
 
       // O += P V; each V fragment serves every row block.
-      const std::uint16_t* v_rows =
-          v_tile + (n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8) * C::kPitch + (lane / 16) * 8;
+      const int v_row = n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
         std::uint32_t a[RB][4];
@@ -674,7 +680,7 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
 #pragma unroll
           for (int dn = 0; dn < D / 16; ++dn) {
             std::uint32_t b[4];
-            tc::ldmatrix_x4_trans(b, v_rows + kk * 16 * C::kPitch + dn * 16);
+            tc::ldmatrix_x4_trans(b, kv_chunk(v_tile, v_row + kk * 16, 2 * dn + lane / 16));
 #pragma unroll
             for (int rb = 0; rb < RB; ++rb) {
               tc::mma_16816<kQ>(acc[rb][2 * dn], a[rb], b[0], b[1]);
