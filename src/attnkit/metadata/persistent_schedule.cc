@@ -9,10 +9,6 @@ namespace attnkit {
 
 namespace {
 
-constexpr int kCtaBits = 20;  // heap keys: (load << kCtaBits) | cta
-constexpr std::uint64_t kCtaMask = (std::uint64_t{1} << kCtaBits) - 1;
-constexpr std::int64_t kMaxLoad = std::int64_t{1} << (63 - kCtaBits);
-
 std::string str(std::int64_t v) { return std::to_string(v); }
 std::size_t aligned16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 
@@ -36,15 +32,14 @@ PersistentScheduler::PersistentScheduler(std::int32_t max_reqs, std::int32_t max
       tile_rows_(positive(tile_rows, "tile_rows")),
       num_ctas_(positive(num_ctas, "num_ctas")) {
   positive(max_rows, "max_num_tokens");
-  ATTNKIT_REQUIRE(static_cast<std::uint64_t>(num_ctas) <= kCtaMask, "num_ctas", str(num_ctas),
-                  "<= " + str(static_cast<std::int64_t>(kCtaMask)));
   // Every request's last tile may be partial: at most ceil(rows / tile) + requests - 1 tiles, and
   // never more than one per row.
   const std::int64_t tiles =
       std::min<std::int64_t>(max_rows, (max_rows + tile_rows - 1) / tile_rows + std::int64_t{max_reqs} - 1);
   max_tiles_ = static_cast<std::int32_t>(tiles);
   tiles_.resize(static_cast<std::size_t>(max_tiles_));
-  heap_.resize(static_cast<std::size_t>(num_ctas_));
+  order_.resize(static_cast<std::size_t>(num_ctas_));
+  merged_.resize(static_cast<std::size_t>(num_ctas_));
   owner_.resize(static_cast<std::size_t>(max_tiles_) * static_cast<std::size_t>(num_q_heads_));
   fill_.resize(static_cast<std::size_t>(num_ctas_) + 1);
 }
@@ -64,7 +59,7 @@ std::int64_t PersistentScheduler::tile_cost(std::int32_t qo_len, std::int32_t kv
   return keys + 2 * std::int64_t{tile_rows};
 }
 
-// Per step (hot path, host): O(tiles log tiles + items log CTAs), no allocation.
+// Per step (hot path, host): O(tiles x (log tiles + CTAs) + items), no allocation.
 PersistentWorkLists PersistentScheduler::schedule(const PersistentBatch& batch, std::span<std::byte> out) {
   const auto num_reqs = static_cast<std::int64_t>(batch.kv_len.size());
   ATTNKIT_REQUIRE(num_reqs <= max_reqs_, "num_reqs", str(num_reqs), "[0, " + str(max_reqs_) + "] (max_num_reqs)");
@@ -78,7 +73,6 @@ PersistentWorkLists PersistentScheduler::schedule(const PersistentBatch& batch, 
 
   // The tiles, each with its cost.
   std::int32_t num_tiles = 0;
-  std::int64_t total_cost = 0;
   for (std::int32_t r = 0; r < num_reqs; ++r) {
     const std::int32_t qo_len = batch.qo_indptr[r + 1] - batch.qo_indptr[r];
     const std::int32_t kv_len = batch.kv_len[r];
@@ -90,11 +84,8 @@ PersistentWorkLists PersistentScheduler::schedule(const PersistentBatch& batch, 
     for (std::int32_t t = 0; t < tiles; ++t) {
       const std::int64_t cost = tile_cost(qo_len, kv_len, t, tile_rows_, batch.causal);
       tiles_[static_cast<std::size_t>(num_tiles++)] = {cost, r, t};
-      total_cost += cost;
     }
   }
-  ATTNKIT_REQUIRE(total_cost * num_q_heads_ < kMaxLoad, "total tile cost", str(total_cost * num_q_heads_),
-                  "< " + str(kMaxLoad));
   const std::int64_t num_items = std::int64_t{num_tiles} * num_q_heads_;
   const std::size_t bytes = bytes_for(num_items, num_ctas_);
   ATTNKIT_REQUIRE(bytes <= out.size(), "work list buffer", str(static_cast<std::int64_t>(out.size())) + " bytes",
@@ -107,26 +98,23 @@ PersistentWorkLists PersistentScheduler::schedule(const PersistentBatch& batch, 
     return a.tile > b.tile;
   });
 
-  // Each item (tile-major, heads inner) to the cheapest CTA: the heap's root, whose key then grows
-  // by the item's cost and sinks back into place.
+  // Each tile's heads to the front of the CTAs ordered by (load, index), a round of at most one
+  // head per CTA at a time; the front, grown by the tile's cost, merges back into the rest.
   const std::size_t m = static_cast<std::size_t>(num_ctas_);
-  for (std::size_t c = 0; c < m; ++c) heap_[c] = c;  // load 0, ascending: already a heap
+  for (std::size_t c = 0; c < m; ++c) order_[c] = {0, static_cast<std::int32_t>(c)};
+  const auto before = [](const Load& a, const Load& b) { return a.load != b.load ? a.load < b.load : a.cta < b.cta; };
   for (std::int32_t i = 0; i < num_tiles; ++i) {
-    const std::uint64_t add = static_cast<std::uint64_t>(tiles_[static_cast<std::size_t>(i)].cost) << kCtaBits;
+    const std::int64_t cost = tiles_[static_cast<std::size_t>(i)].cost;
     std::int32_t* owner = owner_.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(num_q_heads_);
-    for (std::int32_t h = 0; h < num_q_heads_; ++h) {
-      const std::uint64_t key = heap_[0] + add;
-      owner[h] = static_cast<std::int32_t>(heap_[0] & kCtaMask);
-      std::size_t at = 0;
-      for (;;) {
-        std::size_t child = 2 * at + 1;
-        if (child >= m) break;
-        if (child + 1 < m && heap_[child + 1] < heap_[child]) ++child;
-        if (heap_[child] >= key) break;
-        heap_[at] = heap_[child];
-        at = child;
+    for (std::int32_t h = 0; h < num_q_heads_;) {
+      const std::size_t round = std::min<std::size_t>(m, static_cast<std::size_t>(num_q_heads_ - h));
+      for (std::size_t k = 0; k < round; ++k) {
+        owner[h++] = order_[k].cta;
+        order_[k].load += cost;
       }
-      heap_[at] = key;
+      std::merge(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(round),
+                 order_.begin() + static_cast<std::ptrdiff_t>(round), order_.end(), merged_.begin(), before);
+      order_.swap(merged_);
     }
   }
 

@@ -4,10 +4,13 @@
 // per-CTA host vectors and took 0.27-1.0 ms per prefill step (bench/notes/flashinfer.md, r10):
 // this one writes straight into the builder's pinned mirror from scratch sized at start-up.
 //
-// The rule is longest-processing-time-first list scheduling: every item gets a cost (the keys its
-// tile reads, which a causal mask shortens for the early tiles, plus a fixed charge per tile), the
-// items are taken in decreasing cost, and each goes to the CTA whose list is cheapest so far (the
-// lowest CTA index among equals). Its makespan is within 4/3 of the best possible.
+// The rule is longest-processing-time-first list scheduling by query tile: every tile gets a cost
+// (the keys it reads, which a causal mask shortens for the early tiles, plus a fixed charge per
+// tile), the tiles are taken in decreasing cost, and the tile's query heads go to the CTAs whose
+// lists are cheapest so far, one head each (the lower CTA index among equals; when there are more
+// heads than CTAs, in rounds of one head per CTA). Keeping the CTAs ordered by load makes a tile
+// O(CTAs) with no search: its heads take the front of the order, and the front, all grown by the
+// same cost, merges back into the rest.
 #pragma once
 
 #include <cstddef>
@@ -48,7 +51,8 @@ class PersistentScheduler {
   std::int32_t num_ctas() const { return num_ctas_; }
 
   // Per step (hot path, host): writes the work lists into `out` (at least max_bytes(), 16-byte
-  // aligned) and returns where each array is. Allocates nothing. Throws attnkit::Error naming the
+  // aligned) and returns where each array is. O(tiles x (log tiles + CTAs) + items); allocates
+  // nothing. Throws attnkit::Error naming the
   // field for a batch beyond the start-up bounds or with inconsistent arrays.
   PersistentWorkLists schedule(const PersistentBatch& batch, std::span<std::byte> out);
 
@@ -63,10 +67,14 @@ class PersistentScheduler {
     std::int32_t request, tile;
   };
   std::int32_t max_reqs_ = 0, max_tiles_ = 0, num_q_heads_ = 0, tile_rows_ = 0, num_ctas_ = 0;
-  std::vector<Tile> tiles_;                 // max_tiles_ (every request's tiles)
-  std::vector<std::uint64_t> heap_;         // num_ctas_: (load << 20) | cta, a binary min-heap
-  std::vector<std::int32_t> owner_;         // max_tiles_ * num_q_heads_: the CTA of each item
-  std::vector<std::int32_t> fill_;          // num_ctas_: the next free slot of each CTA's list
+  struct Load {
+    std::int64_t load;
+    std::int32_t cta;
+  };
+  std::vector<Tile> tiles_;             // max_tiles_ (every request's tiles)
+  std::vector<Load> order_, merged_;    // num_ctas_: the CTAs by (load, index), and merge scratch
+  std::vector<std::int32_t> owner_;     // max_tiles_ * num_q_heads_: the CTA of each item
+  std::vector<std::int32_t> fill_;      // num_ctas_ + 1: items per CTA, then each list's next slot
 };
 
 }  // namespace attnkit
