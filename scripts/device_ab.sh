@@ -2,7 +2,7 @@
 # Runs on a GPU machine: a kernel A/B comparison of the VARLEN builds in ab/<NAME>/
 # (scripts/build_ab.sh). First the GPU tests, the VARLEN conformance campaign and racecheck on the
 # last NAME (the candidate); then the builds' attention benches alternating ROUNDS times (default 2)
-# over WORKLOADS (default: the large and small decodes of issue 6), so machine drift shows as a
+# over WORKLOADS (default: the large and small decodes of issue 6 and two short causal prefills), so machine drift shows as a
 # difference between rounds and not between builds. Prints per round and build: workload, median
 # us, clean-flush us, rate and check. Leaves everything in $OUT/ab.tgz (one file: the device tool
 # returns a limited number).
@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [[ $# -ge 1 ]] || { echo "usage: scripts/device_ab.sh NAME [NAME ...]" >&2; exit 2; }
 out="${OUT:-$PWD/device-out}"
 work=$(mktemp -d)
-workloads="${WORKLOADS:-decode_64x4096,decode_128x2048,decode_256x1024,decode_32x16384,decode_8x32768,decode_16x4096,decode_1x4096}"
+workloads="${WORKLOADS:-decode_64x4096,decode_128x2048,decode_256x1024,decode_32x16384,decode_8x32768,decode_16x4096,decode_1x4096,prefill_16x1024,prefill_1x4096}"
 candidate="ab/${!#}"
 status=0
 check() {
