@@ -2,9 +2,9 @@
 # Runs on a GPU machine: a kernel A/B comparison of the VARLEN builds in ab/<NAME>/
 # (scripts/build_ab.sh). First the GPU tests, the VARLEN conformance campaign and racecheck on the
 # last NAME (the candidate); then the builds' attention benches alternating ROUNDS times (default 2)
-# over WORKLOADS (default: the large and small decodes of issue 6 and two short causal prefills), so machine drift shows as a
-# difference between rounds and not between builds. Prints per round and build: workload, median
-# us, clean-flush us, rate and check. Leaves everything in $OUT/ab.tgz (one file: the device tool
+# over WORKLOADS (default: the large and small decodes of issue 6 and two short causal prefills),
+# so machine drift shows as a difference between rounds and not between builds. Prints per round
+# and build: workload, median us, clean-flush us, rate and check. Leaves everything in $OUT/ab.tgz (one file: the device tool
 # returns a limited number).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
