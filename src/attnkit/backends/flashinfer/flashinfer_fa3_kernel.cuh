@@ -65,9 +65,8 @@ LaunchStatus run_flashinfer_fa3(const FlashInferPrefillRun& r, const FlashInferF
   p.window_left = -1;
   p.causal = true;
   try {
-    // The plan never chooses FlashInfer's same-schedule-for-all-heads mode: the builder bounds
-    // the step so that it cannot (flashinfer_fa3_supported_step), so only the per-head schedule
-    // is instantiated.
+    // The work lists (metadata/persistent_schedule) name a query head per item: the per-head
+    // schedule, the only one instantiated (not FlashInfer's same-schedule-for-all-heads mode).
     const cudaError_t status = flashinfer::BatchPrefillWithPagedKVCacheDispatched<
         kHeadDim, kHeadDim, flashinfer::MaskMode::kCausal, /*sliding window*/ false,
         /*same schedule for all heads*/ false, flashinfer::StandardAttention, Params>(p, /*enable_pdl=*/false, stream);
