@@ -261,8 +261,6 @@ int main() {
   attnkit::bench::DeviceBuffer lengths(page_counts.size() * sizeof(int));
   cuda_try(cudaMemcpy(lengths.get(), page_counts.data(), page_counts.size() * sizeof(int), cudaMemcpyHostToDevice),
            "lengths");
-  int sms = 0;
-  cuda_try(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
 
   const std::vector<Config> configs = {
       {Path::kCpAsync, 4, 3, 2}, {Path::kCpAsync, 4, 2, 3}, {Path::kCpAsync, 4, 3, 1}, {Path::kCpAsync, 8, 3, 1},
@@ -323,6 +321,5 @@ int main() {
     std::printf("| %s | %d | %.1f | %.3f | %.1f%% |\n", name_of(c).c_str(), fit, s.median * 1e3, tbps,
                 100.0 * tbps / ceil.copy_tbps);
   }
-  (void)sms;
   return 0;
 }

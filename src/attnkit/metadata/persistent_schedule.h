@@ -47,7 +47,6 @@ class PersistentScheduler {
 
   // The most bytes schedule() writes for such steps (the builder sizes its buffers with it).
   std::size_t max_bytes() const;
-  std::int32_t tile_rows() const { return tile_rows_; }
   std::int32_t num_ctas() const { return num_ctas_; }
 
   // Per step (hot path, host): writes the work lists into `out` (at least max_bytes(), 16-byte

@@ -190,18 +190,8 @@ void FlashInferMetadataBuilder::plan_fa3(const CsrSubBatch& batch, const Workspa
   b.kv_indptr = std::span<const std::int32_t>(indptr_.host + batch.first_request, n + 1);
   b.kv_len = std::span<const std::int32_t>(seq_lens_.host + batch.first_request, n);
   b.causal = true;  // the one mask instantiated
-  const PersistentWorkLists lists = fa3_scheduler_.schedule(b, std::span<std::byte>(ints.host, int_bytes_));
+  out.lists = fa3_scheduler_.schedule(b, ints.host_span(ints.capacity));
   out.planned = true;
-  out.qo_tile_indices_offset = lists.qo_tile_indices_offset;
-  out.qo_indptr_offset = lists.qo_indptr_offset;
-  out.kv_indptr_offset = lists.kv_indptr_offset;
-  out.qo_len_offset = lists.qo_len_offset;
-  out.kv_len_offset = lists.kv_len_offset;
-  out.head_indices_offset = lists.head_indices_offset;
-  out.work_indptr_offset = lists.work_indptr_offset;
-  out.batch_indices_offset = lists.batch_indices_offset;
-  out.num_works = lists.num_items;
-  out.int_bytes_used = lists.bytes_used;
 }
 
 const AttentionMetadata& FlashInferMetadataBuilder::build(std::int32_t common_prefix_len,

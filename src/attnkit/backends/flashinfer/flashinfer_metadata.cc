@@ -47,8 +47,8 @@ void visit_sub_plan(FieldVisitor& v, std::string_view name, const FlashInferSubP
   if (s.kernel == FlashInferKernel::kFa3) {
     v.begin_object("flashinfer_fa3_plan");
     v.flag("planned", s.fa3_plan.planned);
-    v.scalar("num_works", s.fa3_plan.num_works);
-    v.scalar("int_bytes", static_cast<std::int64_t>(s.fa3_plan.int_bytes_used));
+    v.scalar("num_works", s.fa3_plan.lists.num_items);
+    v.scalar("int_bytes", static_cast<std::int64_t>(s.fa3_plan.lists.bytes_used));
     v.end_object();
   }
   v.end_object();

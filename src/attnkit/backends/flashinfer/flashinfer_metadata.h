@@ -37,7 +37,7 @@ struct FlashInferSubPlan {
   std::size_t int_upload_bytes() const {
     switch (kernel) {
       case FlashInferKernel::kFa2: return plan.int_bytes_used;
-      case FlashInferKernel::kFa3: return fa3_plan.int_bytes_used;
+      case FlashInferKernel::kFa3: return fa3_plan.lists.bytes_used;
       case FlashInferKernel::kDecode: return decode_plan.int_bytes_used;
       case FlashInferKernel::kXqa: return 0;
     }

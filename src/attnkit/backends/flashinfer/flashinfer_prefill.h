@@ -21,6 +21,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/kernels/common/launch_status.h"
+#include "attnkit/metadata/persistent_schedule.h"
 
 namespace attnkit::kernels {
 
@@ -116,13 +117,10 @@ LaunchStatus flashinfer_scale_output(void* output, DType dtype, std::int64_t row
 // (base 2, as FA2's), int32 CSR page tables, any page size, K and V at the same strides.
 
 // The kernel's work lists (metadata/persistent_schedule.h, written by the builder into its pinned
-// mirror; FlashInfer's own PrefillSM90Plan is not called): offsets into the int workspace.
+// mirror; FlashInfer's own PrefillSM90Plan is not called): where they are in the int workspace.
 struct FlashInferFa3Plan {
   bool planned = false;
-  std::int64_t qo_tile_indices_offset = 0, qo_indptr_offset = 0, kv_indptr_offset = 0, qo_len_offset = 0;
-  std::int64_t kv_len_offset = 0, head_indices_offset = 0, work_indptr_offset = 0, batch_indices_offset = 0;
-  std::int64_t num_works = 0;        // work items over all CTAs
-  std::size_t int_bytes_used = 0;    // what must reach the device int buffer
+  PersistentWorkLists lists;
 };
 
 // The query rows of one work item (the template's CTA_Q for the head size) and the CTAs of its
