@@ -57,10 +57,11 @@ TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   const VariantCaps* fa3 = find_variant(caps, kFlashInferFa3Variant);
   ASSERT_NE(fa2, nullptr);
   ASSERT_NE(fa3, nullptr);
-  ASSERT_EQ(caps.variants.size(), 4u);
+  ASSERT_EQ(caps.variants.size(), 5u);
   EXPECT_EQ(caps.variants[0].variant, kFlashInferXqaVariant) << "XQA is preferred where it covers a layer";
-  EXPECT_EQ(caps.variants[1].variant, kFlashInferFa3Variant) << "then FA3";
-  EXPECT_EQ(caps.variants[2].variant, kFlashInferDecodeVariant) << "the decode kernel was no faster: pinned only";
+  EXPECT_EQ(caps.variants[1].variant, kFlashInferXqaFa2Variant) << "XQA with FA2's prefills for layers with sinks";
+  EXPECT_EQ(caps.variants[2].variant, kFlashInferFa3Variant) << "then FA3";
+  EXPECT_EQ(caps.variants[3].variant, kFlashInferDecodeVariant) << "the decode kernel was no faster: pinned only";
   const std::vector<DType> dtypes = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFp8E4M3, DType::kFp8E5M2};
   for (DType dtype : dtypes) {
     for (DType kv : dtypes) {
@@ -86,41 +87,51 @@ TEST(FlashInferBackend, DeclaresExactlyTheInstantiatedKernels) {
   ASSERT_TRUE(fa3->features.has_value());
   EXPECT_FALSE(fa3->features->has(Feature::kSlidingWindow)) << "no windowed FA3 kernel is instantiated";
   EXPECT_FALSE(fa3->features->has(Feature::kSoftCap)) << "no soft-capped FA3 kernel is instantiated";
+  EXPECT_FALSE(fa3->features->has(Feature::kSinks)) << "FlashInfer's FA3 template has no sink term";
+  EXPECT_TRUE(caps.features.has(Feature::kSinks)) << "the FA2 template's window variants carry sinks (ours)";
   EXPECT_TRUE(fa3->features->has(Feature::kReturnLse));
 }
 
-// The XQA variant's sets, checked one by one by the selector, cover exactly the XQA
-// instantiations (over the backend's own combination rules).
-TEST(FlashInferBackend, TheXqaVariantDeclaresExactlyTheInstantiatedXqaKernels) {
+// Each XQA variant's sets, checked one by one by the selector, cover exactly the XQA
+// instantiations (over the backend's own combination rules): xqa-paged for layers without sinks,
+// xqa-fa2-paged for layers with them.
+TEST(FlashInferBackend, TheXqaVariantsDeclareExactlyTheInstantiatedXqaKernels) {
   const BackendCaps& caps = FlashInferBackend::caps();
-  const VariantCaps* xqa = find_variant(caps, kFlashInferXqaVariant);
-  ASSERT_NE(xqa, nullptr);
-  int declared_count = 0;
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (DType kv : {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2}) {
-      for (int head_size : {64, 96, 128, 256}) {
-        for (int group = 1; group <= 16; ++group) {
-          for (int page : {1, 8, 16, 32, 64, 128}) {
-            AttentionConfig c;
-            c.platform = Platform::cuda(90, "sm_90 test device");
-            c.dtype = dtype;
-            c.kv_cache_dtype = kv;
-            c.head_size = head_size;
-            c.num_kv_heads = 2;
-            c.num_q_heads = 2 * group;
-            c.block_size = page;
-            const bool declared = validate(caps, c).empty() && resolve_variant(caps, c).variant == xqa;
-            declared_count += declared ? 1 : 0;
-            EXPECT_EQ(declared, kernels::flashinfer_xqa_instantiated({dtype, kv, head_size, group, page}))
-                << c.describe();
+  for (bool sinks : {false, true}) {
+    const VariantCaps* xqa = find_variant(caps, sinks ? kFlashInferXqaFa2Variant : kFlashInferXqaVariant);
+    ASSERT_NE(xqa, nullptr);
+    int declared_count = 0;
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (DType kv : {DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2}) {
+        for (int head_size : {64, 96, 128, 256}) {
+          for (int group = 1; group <= 16; ++group) {
+            for (int page : {1, 8, 16, 32, 64, 128}) {
+              AttentionConfig c;
+              c.platform = Platform::cuda(90, "sm_90 test device");
+              c.dtype = dtype;
+              c.kv_cache_dtype = kv;
+              c.head_size = head_size;
+              c.num_kv_heads = 2;
+              c.num_q_heads = 2 * group;
+              c.block_size = page;
+              if (sinks) c.features.add(Feature::kSinks);
+              const bool declared = validate(caps, c).empty() && resolve_variant(caps, c).variant == xqa;
+              declared_count += declared ? 1 : 0;
+              EXPECT_EQ(declared, kernels::flashinfer_xqa_instantiated({dtype, kv, head_size, group, page}))
+                  << c.describe();
+            }
           }
         }
       }
     }
+    EXPECT_GT(declared_count, 0);
+    ASSERT_TRUE(xqa->features.has_value());
+    EXPECT_EQ(xqa->features->bits(), sinks ? FeatureSet{Feature::kSinks}.bits() : 0u)
+        << "XQA is instantiated without window, soft-cap or LSE; its sink term is a run-time pointer";
   }
-  EXPECT_GT(declared_count, 0);
-  ASSERT_TRUE(xqa->features.has_value());
-  EXPECT_EQ(xqa->features->bits(), 0u) << "XQA is instantiated without window, soft-cap or LSE";
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferXqaFa2Variant).decode, FlashInferKernel::kXqa);
+  EXPECT_EQ(flashinfer_kernels_of(kFlashInferXqaFa2Variant).prefill, FlashInferKernel::kFa2)
+      << "the FA3 template has no sink term";
 }
 
 TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
@@ -149,6 +160,11 @@ TEST(FlashInferBackend, LayersXqaDoesNotCoverResolveToTheFa3OrFa2Variant) {
   windowed.features.add(Feature::kSlidingWindow);
   windowed.kv_spec_kind = KVSpecKind::kSlidingWindow;
   EXPECT_EQ(resolve_variant(caps, windowed).variant->variant, kFlashInferFa2Variant);
+  AttentionConfig sinks = c;
+  sinks.features.add(Feature::kSinks);
+  EXPECT_EQ(resolve_variant(caps, sinks).variant->variant, kFlashInferXqaFa2Variant) << "XQA and FA2 carry sinks";
+  sinks.features.add(Feature::kReturnLse);
+  EXPECT_EQ(resolve_variant(caps, sinks).variant->variant, kFlashInferFa2Variant) << "only FA2 has sinks and LSE";
   AttentionConfig fp8 = c;
   fp8.kv_cache_dtype = DType::kFp8E4M3;
   EXPECT_EQ(resolve_variant(caps, fp8).variant->variant, kFlashInferFa2Variant)
@@ -247,6 +263,21 @@ TEST(FlashInferBackend, TheFa3VariantRefusesLayersOnlyTheFa2TemplateRuns) {
   }
   EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa2Variant));
   p.sliding_window.reset();
+  p.sinks.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
+  for (KernelVariant variant : {kFlashInferFa3Variant, kFlashInferXqaVariant, kFlashInferDecodeVariant}) {
+    try {
+      FlashInferBackend::make_impl(p, variant);
+      FAIL() << "a layer with sinks was given " << variant.name << ", whose kernels have no sink term";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), "features");
+      EXPECT_EQ(e.value(), "sinks");
+    }
+  }
+  if (probe_gpu().available()) {  // the impl puts the sinks on the device
+    EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa2Variant)) << "the FA2 template's window variants carry sinks";
+    EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferXqaFa2Variant)) << "XQA's sink term, FA2's prefills";
+  }
+  p.sinks.clear();
   EXPECT_NO_THROW(FlashInferBackend::make_impl(p, kFlashInferFa3Variant));
   p.kv_cache_dtype = DType::kFp8E4M3;
   try {
@@ -282,9 +313,6 @@ TEST(FlashInferBackend, MakeImplRefusesWhatItsKernelsDoNotCoverNamingTheField) {
   p.head_size = 96;
   EXPECT_EQ(field_of(p), "head_size/dtype/kv_cache_dtype");
   p.head_size = 128;
-  p.sinks.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
-  EXPECT_EQ(field_of(p), "sinks") << "its kernels have no sink term: never ignored silently";
-  p.sinks.clear();
   p.alibi_slopes.assign(static_cast<std::size_t>(p.num_q_heads), 0.5f);
   EXPECT_EQ(field_of(p), "alibi");
 }

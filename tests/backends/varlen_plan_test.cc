@@ -481,11 +481,12 @@ std::int32_t base_ctas(const VarlenPlanLimits& limits, const Step& step, const V
   return tiles * limits.num_kv_heads;
 }
 
-std::int64_t waves(std::int64_t ctas, std::int64_t slots) { return std::max<std::int64_t>(1, (ctas + slots - 1) / slots); }
+// CTAs the busiest SM runs when `ctas` are spread over `sms` (at least one).
+std::int64_t per_sm(std::int64_t ctas, std::int64_t sms) { return std::max<std::int64_t>(1, (ctas + sms - 1) / sms); }
 
 TEST(VarlenPlan, FewLongDecodesAreSplitIntoAtMostTwoWaves) {
   const VarlenPlanLimits limits = card();
-  for (int n : {1, 16}) {
+  for (int n : {1, 8}) {
     const Step step = decodes(n, 4096);
     SCOPED_TRACE(step.describe());
     const Planned p = plan(limits, step);
@@ -493,12 +494,26 @@ TEST(VarlenPlan, FewLongDecodesAreSplitIntoAtMostTwoWaves) {
     const VarlenPlanSummary& s = p.summary;
     EXPECT_FALSE(s.prefill_tiles);
     EXPECT_EQ(s.slots, limits.num_sms * limits.ctas_per_sm_decode);
-    EXPECT_GT(s.max_splits, 1) << n << " decode tiles x 8 KV heads leave most of the card idle";
+    EXPECT_GT(s.max_splits, 1) << n << " decode tiles x 8 KV heads leave at least half the SMs idle";
     EXPECT_GT(s.ctas, base_ctas(limits, step, s));
     EXPECT_LE(s.ctas, 2 * s.slots) << "the cheapest split of these batches fits two waves of CTAs";
     EXPECT_GE(s.split_keys, kVarlenMinSplitKeys);
     EXPECT_EQ(s.num_merge_items, n);
   }
+}
+
+// 16 decodes x 8 KV heads = 128 CTAs give 128 of the 132 SMs one CTA each, and one CTA per SM
+// already draws the SM's share of the KV stream: a split would only spread the same keys per SM
+// over twice the CTAs and add the merge, so the step stays whole although half the CTA slots idle.
+TEST(VarlenPlan, DecodesThatGiveNearlyEverySmACtaStayUnsplit) {
+  const VarlenPlanLimits limits = card();
+  const Step step = decodes(16, 4096);
+  const Planned p = plan(limits, step);
+  check_plan(limits, step, p);
+  EXPECT_EQ(p.summary.max_splits, 1);
+  EXPECT_EQ(p.summary.ctas, 128);
+  EXPECT_LT(p.summary.ctas, p.summary.slots);
+  EXPECT_EQ(p.summary.num_merge_items, 0);
 }
 
 // 64 decodes x 8 KV heads = 512 CTAs already fill two waves of the 264 decode slots (97%): any
@@ -535,11 +550,11 @@ std::int64_t longest_chunk(const Step& step, const Planned& p) {
   return longest;
 }
 
-// A split is chosen only when it shortens the step's critical path (waves x keys of the longest
-// chunk); and a grid that leaves at least half the card idle is split whenever a request has
-// enough keys for halving them to outweigh the merge (4 x kVarlenMinSplitKeys: one wave either
-// way, each chunk half as long).
-TEST(VarlenPlan, SplitsOnlyWhenTheyShortenTheCriticalPathAndAlwaysWhenHalfTheCardIdles) {
+// A split is chosen only when it shortens the step's critical path (the keys the busiest SM
+// streams: its CTAs x the longest chunk); and a grid that leaves at least half the SMs idle is
+// split whenever a request has enough keys for halving them to outweigh the merge
+// (4 x kVarlenMinSplitKeys: one CTA per SM either way, each chunk half as long).
+TEST(VarlenPlan, SplitsOnlyWhenTheyShortenTheCriticalPathAndAlwaysWhenHalfTheSmsIdle) {
   VarlenPlanLimits limits = card();
   limits.max_partial_rows = 4 * kMaxTokens;  // no partial-buffer limit in the way of a split
   std::mt19937 rng(77);
@@ -565,14 +580,14 @@ TEST(VarlenPlan, SplitsOnlyWhenTheyShortenTheCriticalPathAndAlwaysWhenHalfTheCar
     for (std::int32_t r = 0; r < step.num_reqs(); ++r) max_keys = std::max<std::int64_t>(max_keys, step.seq_lens[static_cast<std::size_t>(r)]);
     if (s.max_splits > 1) {
       ++split;
-      EXPECT_LT(waves(s.ctas, s.slots) * longest_chunk(step, p), waves(base, s.slots) * max_keys)
-          << "a split that does not shorten the critical path: " << s.ctas << " CTAs in " << s.slots << " slots";
+      EXPECT_LT(per_sm(s.ctas, limits.num_sms) * longest_chunk(step, p), per_sm(base, limits.num_sms) * max_keys)
+          << "a split that does not shorten the critical path: " << s.ctas << " CTAs on " << limits.num_sms << " SMs";
     } else {
       EXPECT_EQ(s.ctas, base);
     }
-    if (2 * base <= s.slots && max_keys >= 4 * kVarlenMinSplitKeys) {
+    if (2 * base <= limits.num_sms && max_keys >= 4 * kVarlenMinSplitKeys) {
       ++idle_cases;
-      EXPECT_GT(s.max_splits, 1) << base << " CTAs of " << s.slots << " slots, " << max_keys << " keys left unsplit";
+      EXPECT_GT(s.max_splits, 1) << base << " CTAs on " << limits.num_sms << " SMs, " << max_keys << " keys left unsplit";
     }
   }
   EXPECT_GT(split, 50);

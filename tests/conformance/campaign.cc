@@ -157,6 +157,37 @@ bool metadata_takes_cascade(const nlohmann::json& j) {
   return false;
 }
 
+// The case with `f` on (what a pin of that feature sets).
+void turn_on(Feature f, ConformanceCase& c) {
+  switch (f) {
+    case Feature::kSlidingWindow: c.batch.sliding_window = 17; break;
+    case Feature::kSoftCap: c.batch.soft_cap = 2.0f; break;
+    case Feature::kSinks: c.batch.sinks = true; break;
+    case Feature::kAlibi: c.batch.alibi = true; break;
+    case Feature::kReturnLse: c.want_lse = true; break;
+    case Feature::kCascade: c.cascade = true; break;
+    case Feature::kContextParallel:
+      c.cascade = false;
+      c.context_parallel = 2;
+      c.cp_interleave = 1;
+      c.batch.page_size = 2 * c.kernel_block_size;
+      break;
+    case Feature::kMultimodalPrefix: break;  // no attention backend declares it; no batch has it
+  }
+}
+
+std::string variant_feature(std::string_view variant, Feature f) {
+  return std::string(variant) + " " + std::string(to_string(f));
+}
+
+// The features a variant declares of its own (none when it inherits the backend's set).
+std::vector<Feature> own_features(const VariantCaps& v) {
+  std::vector<Feature> features;
+  for (Feature f : kAllFeatures)
+    if (v.features && v.features->has(f) && f != Feature::kMultimodalPrefix) features.push_back(f);
+  return features;
+}
+
 void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov) {
   cov.dtypes.insert(c.batch.dtype);
   cov.kv_dtypes.insert(c.batch.kv_dtype);
@@ -205,8 +236,11 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   const bool cascade_taken = metadata_takes_cascade(nlohmann::json::parse(result.backend_metadata_json));
   if (c.cascade && record.requests.size() >= 2 && !cascade_taken)
     return "cascade forced over a shared prefix, but the metadata does not take the cascade path";
+  Coverage mine;
+  record_coverage(c, cascade_taken, mine);
   record_coverage(c, cascade_taken, cov);
   cov.variants.insert(std::string(variant));
+  for (Feature f : mine.features) cov.variant_features.insert(variant_feature(variant, f));
   const std::string vs_dense = compare_with_dense(record, result, c.want_lse);
   if (!vs_dense.empty() || c.platform.kind != PlatformKind::kCuda) return vs_dense;
   // A CUDA backend is also checked against the CPU reference on the same inputs (B3 on the device).
@@ -360,49 +394,45 @@ CampaignResult run_campaign(const BackendType& backend, int random_runs) {
     if (reachable(t)) pins.push_back({"attn_type " + std::string(to_string(t)), [t](auto& c) { c.attn_type = t; }});
   }
   const FeatureSet& f = caps.features;
-  if (f.has(Feature::kSlidingWindow)) {
-    pins.push_back({"sliding_window", [](auto& c) { c.batch.sliding_window = 17; }});
-    pins.push_back({"sliding_window 1", [](auto& c) { c.batch.sliding_window = 1; }});
-  }
-  if (f.has(Feature::kSoftCap)) pins.push_back({"soft_cap", [](auto& c) { c.batch.soft_cap = 2.0f; }});
-  if (f.has(Feature::kSinks)) pins.push_back({"sinks", [](auto& c) { c.batch.sinks = true; }});
-  if (f.has(Feature::kAlibi)) pins.push_back({"alibi", [](auto& c) { c.batch.alibi = true; }});
-  if (f.has(Feature::kReturnLse)) pins.push_back({"return_lse", [](auto& c) { c.want_lse = true; }});
-  if (f.has(Feature::kCascade)) pins.push_back({"cascade", [](auto& c) { c.cascade = true; }});
-  if (f.has(Feature::kContextParallel)) {
-    pins.push_back({"context_parallel", [](auto& c) {
-                      c.cascade = false;
-                      c.context_parallel = 2;
-                      c.cp_interleave = 1;
-                      c.batch.page_size = 2 * c.kernel_block_size;
-                    }});
+  if (f.has(Feature::kSlidingWindow)) pins.push_back({"sliding_window 1", [](auto& c) { c.batch.sliding_window = 1; }});
+  for (Feature feature : kAllFeatures) {
+    if (f.has(feature) && feature != Feature::kMultimodalPrefix)
+      pins.push_back({std::string(to_string(feature)), [feature](auto& c) { turn_on(feature, c); }});
   }
 
   // Every kernel variant declared here, pinned (BACKEND:variant): a case within the sets it
   // narrows, with the features it lacks off, so a variant an earlier one shadows in resolution
-  // runs too; unexercised() reports a variant no run ran.
+  // runs too; and once per feature it declares of its own, with that feature on, so each is run
+  // on the variant's own kernels. unexercised() reports a variant, or such a pair, no run ran.
   for (const VariantCaps& v : backend.caps().variants) {
     if (!v.platforms.empty() && !contains(v.platforms, platform.kind)) continue;
-    pins.push_back({"kernel variant " + std::string(v.variant.name), [&rng, &v](ConformanceCase& c) {
-                      c.pinned_variant = std::string(v.variant.name);
-                      if (!v.dtypes.empty()) c.batch.dtype = pick(rng, v.dtypes);
-                      if (!v.kv_cache_dtypes.empty()) c.batch.kv_dtype = pick(rng, v.kv_cache_dtypes);
-                      if (!v.head_sizes.empty()) c.batch.head_size = pick(rng, v.head_sizes);
-                      if (!v.group_sizes.empty()) {
-                        c.batch.num_q_heads = pick(rng, v.group_sizes);
-                        c.batch.num_kv_heads = 1;
-                      }
-                      if (!v.block_sizes.empty()) c.kernel_block_size = c.batch.page_size = pick(rng, v.block_sizes);
-                      if (v.features) {
-                        if (!v.features->has(Feature::kSlidingWindow)) c.batch.sliding_window.reset();
-                        if (!v.features->has(Feature::kSoftCap)) c.batch.soft_cap.reset();
-                        if (!v.features->has(Feature::kSinks)) c.batch.sinks = false;
-                        if (!v.features->has(Feature::kAlibi)) c.batch.alibi = false;
-                        if (!v.features->has(Feature::kReturnLse)) c.want_lse = false;
-                        if (!v.features->has(Feature::kCascade)) c.cascade = false;
-                        if (!v.features->has(Feature::kContextParallel)) c.context_parallel = 1;
-                      }
-                    }});
+    auto pin_variant = [&rng, &v](ConformanceCase& c) {
+      c.pinned_variant = std::string(v.variant.name);
+      if (!v.dtypes.empty()) c.batch.dtype = pick(rng, v.dtypes);
+      if (!v.kv_cache_dtypes.empty()) c.batch.kv_dtype = pick(rng, v.kv_cache_dtypes);
+      if (!v.head_sizes.empty()) c.batch.head_size = pick(rng, v.head_sizes);
+      if (!v.group_sizes.empty()) {
+        c.batch.num_q_heads = pick(rng, v.group_sizes);
+        c.batch.num_kv_heads = 1;
+      }
+      if (!v.block_sizes.empty()) c.kernel_block_size = c.batch.page_size = pick(rng, v.block_sizes);
+      if (v.features) {
+        if (!v.features->has(Feature::kSlidingWindow)) c.batch.sliding_window.reset();
+        if (!v.features->has(Feature::kSoftCap)) c.batch.soft_cap.reset();
+        if (!v.features->has(Feature::kSinks)) c.batch.sinks = false;
+        if (!v.features->has(Feature::kAlibi)) c.batch.alibi = false;
+        if (!v.features->has(Feature::kReturnLse)) c.want_lse = false;
+        if (!v.features->has(Feature::kCascade)) c.cascade = false;
+        if (!v.features->has(Feature::kContextParallel)) c.context_parallel = 1;
+      }
+    };
+    pins.push_back({"kernel variant " + std::string(v.variant.name), pin_variant});
+    for (Feature feature : own_features(v)) {
+      pins.push_back({"kernel variant " + variant_feature(v.variant.name, feature), [pin_variant, feature](auto& c) {
+                        pin_variant(c);
+                        turn_on(feature, c);
+                      }});
+    }
   }
 
   for (const auto& [what, pin] : pins) {
@@ -457,6 +487,10 @@ std::vector<std::string> unexercised(const BackendCaps& declared, const Campaign
   for (const VariantCaps& v : declared.variants) {
     if (!v.platforms.empty() && !contains(v.platforms, r.platform)) continue;
     if (!cov.variants.count(v.variant.name)) missing.push_back("kernel variant " + std::string(v.variant.name));
+    for (Feature f : own_features(v)) {
+      const std::string pair = variant_feature(v.variant.name, f);
+      if (!cov.variant_features.count(pair)) missing.push_back("kernel variant " + pair);
+    }
   }
   return missing;
 }

@@ -45,6 +45,9 @@ struct Coverage {
   std::set<Feature> features;  // cascade only when the metadata shows the cascade path was taken
   bool window_of_one = false;  // sliding window W = 1 (sees only the current token)
   std::set<std::string, std::less<>> variants;  // the kernel variants that ran, resolved or pinned
+  // "variant feature" for every feature a run of that variant exercised (S6: a feature a variant
+  // declares of its own is checked on that variant's kernels, not only on the backend's others).
+  std::set<std::string, std::less<>> variant_features;
 };
 
 struct CampaignResult {

@@ -77,7 +77,7 @@ TEST(ConformanceHarness, CoversTheReferenceAndOnlyAttentionBackends) {
 
 // The coverage check is able to fail: capabilities added to the REFERENCE's declaration that no
 // run exercised (a head size, a feature the harness has no input for, a block size, a kernel
-// variant) are reported.
+// variant, a feature a variant declares of its own) are reported.
 TEST(ConformanceHarness, CoverageCheckReportsADeclaredCapabilityNoRunExercised) {
   const BackendType* reference = find_backend("REFERENCE");
   ASSERT_NE(reference, nullptr);
@@ -96,6 +96,25 @@ TEST(ConformanceHarness, CoverageCheckReportsADeclaredCapabilityNoRunExercised) 
   EXPECT_TRUE(contains(missing, std::string("feature multimodal_prefix")));
   EXPECT_TRUE(contains(missing, std::string("block_size 5")));
   EXPECT_TRUE(unexercised(reference->caps(), r).empty());
+}
+
+// A feature a variant declares of its own must have run on that variant's kernels: the same
+// results with the REFERENCE variant's runs with sinks taken out of the record report the pair,
+// though the backend as a whole exercised sinks.
+TEST(ConformanceHarness, CoverageCheckReportsAVariantsOwnFeatureNoRunOfThatVariantExercised) {
+  const BackendType* reference = find_backend("REFERENCE");
+  ASSERT_NE(reference, nullptr);
+  BackendCaps declared = reference->caps();
+  ASSERT_FALSE(declared.variants.empty());
+  VariantCaps& variant = declared.variants.front();
+  variant.features = FeatureSet{Feature::kSinks};
+  const std::string pair = std::string(variant.variant.name) + " sinks";
+  CampaignResult r = campaign_for(*reference);
+  ASSERT_TRUE(r.coverage.features.count(Feature::kSinks));
+  r.coverage.variant_features.insert(pair);
+  EXPECT_FALSE(contains(unexercised(declared, r), "kernel variant " + pair));
+  r.coverage.variant_features.erase(pair);
+  EXPECT_TRUE(contains(unexercised(declared, r), "kernel variant " + pair));
 }
 
 TEST(ConformanceHarness, BlockSizeCandidatesFollowTheDeclaredSet) {

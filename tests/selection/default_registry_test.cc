@@ -131,7 +131,7 @@ TEST(DefaultRegistry, EveryBackendDeclaresItsKernelVariantsInOrderOfPreference) 
       {"CSR_PLAN", {"cpu-plan-run"}},
       {"RECURRENT_STATE", {"cpu-decay-scan"}},
       {"GPU_REFERENCE", {"cuda-exact-f32"}},
-      {"FLASHINFER", {"xqa-paged", "fa3-paged", "decode-paged", "fa2-paged"}},
+      {"FLASHINFER", {"xqa-paged", "xqa-fa2-paged", "fa3-paged", "decode-paged", "fa2-paged"}},
       {"CUDNN", {"sdpa-paged"}}};
   for (const BackendType& b : registered_backends()) {
     const BackendCaps& caps = b.caps();

@@ -24,14 +24,18 @@ void add_once(std::vector<T>& set, T value) {
   if (std::find(set.begin(), set.end(), value) == set.end()) set.push_back(value);
 }
 
-// The XQA variant's sets, read from the instantiation list (a full product, so the selector's
-// set-by-set check covers exactly the instantiated configurations).
-VariantCaps xqa_variant_caps() {
+// The XQA variants' sets, read from the instantiation list (a full product, so the selector's
+// set-by-set check covers exactly the instantiated configurations). XQA adds sinks itself (null:
+// none), and the FA3 template has none, so a layer with sinks has its own variant whose prefills
+// run the FA2 template (its window variants carry sinks).
+VariantCaps xqa_variant_caps(bool sinks) {
   VariantCaps v;
-  v.variant = kFlashInferXqaVariant;
-  v.summary =
-      "decodes through FlashInfer's Hopper XQA kernel (wgmma, TMA page loads, split-KV merged in the same launch), "
-      "prefills and extends through the FA3 template; 16-bit KV, no window, soft-cap or LSE";
+  v.variant = sinks ? kFlashInferXqaFa2Variant : kFlashInferXqaVariant;
+  v.summary = sinks ? "for layers with sinks: decodes through FlashInfer's Hopper XQA kernel with its sink term, "
+                      "prefills and extends through the FA2 template; 16-bit KV, no window, soft-cap or LSE"
+                    : "decodes through FlashInfer's Hopper XQA kernel (wgmma, TMA page loads, split-KV merged in the "
+                      "same launch), prefills and extends through the FA3 template; 16-bit KV, no window, soft-cap, "
+                      "sinks or LSE";
 #define ATTNKIT_XQA_SETS(tag, dtype, kv, head, group, page) \
   add_once(v.dtypes, DType::dtype);                         \
   add_once(v.kv_cache_dtypes, DType::kv);                   \
@@ -41,7 +45,7 @@ VariantCaps xqa_variant_caps() {
   ATTNKIT_FLASHINFER_XQA_INSTANCES(ATTNKIT_XQA_SETS)
 #undef ATTNKIT_XQA_SETS
   for (auto* set : {&v.head_sizes, &v.group_sizes, &v.block_sizes}) std::sort(set->begin(), set->end());
-  v.features = FeatureSet{};
+  v.features = sinks ? FeatureSet{Feature::kSinks} : FeatureSet{};
   v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
   return v;
 }
@@ -68,9 +72,10 @@ VariantCaps decode_variant_caps() {
 }  // namespace
 
 FlashInferKernels flashinfer_kernels_of(KernelVariant variant) {
-  // Every variant but fa2-paged declares only what the FA3 template is instantiated for (16-bit
-  // KV, its head sizes), so their prefills run it.
+  // Every variant but fa2-paged and xqa-fa2-paged declares only what the FA3 template is
+  // instantiated for (16-bit KV, its head sizes), so their prefills run it.
   if (variant == kFlashInferXqaVariant) return {FlashInferKernel::kXqa, FlashInferKernel::kFa3};
+  if (variant == kFlashInferXqaFa2Variant) return {FlashInferKernel::kXqa, FlashInferKernel::kFa2};
   if (variant == kFlashInferDecodeVariant) return {FlashInferKernel::kDecode, FlashInferKernel::kFa3};
   if (variant == kFlashInferFa3Variant) return {FlashInferKernel::kFa2, FlashInferKernel::kFa3};
   return {FlashInferKernel::kFa2, FlashInferKernel::kFa2};
@@ -86,11 +91,11 @@ const BackendCaps& FlashInferBackend::caps() {
     fa2.variant = kFlashInferFa2Variant;
     fa2.summary =
         "FlashInfer's FA2-template paged prefill for both sub-batches (decodes as one-row queries on tensor cores), "
-        "its PrefillPlan and split-KV merge";
+        "its PrefillPlan and split-KV merge; sliding window, soft-cap and sinks (ours, on its logits-variant hooks)";
     // Preferred where it covers the layer: FlashInfer's Hopper template for prefills (the issue's
     // 1 x 16384 causal prefill: 546 TFLOP/s against the FA2 template's 357 on this card). It has no
-    // window or soft-cap instantiated: such layers resolve to fa2-paged, by the same rules at
-    // selection as in make_impl.
+    // window, soft-cap or sinks instantiated: such layers resolve to fa2-paged, by the same rules
+    // at selection as in make_impl.
     VariantCaps fa3;
     fa3.variant = kFlashInferFa3Variant;
     fa3.summary =
@@ -102,8 +107,8 @@ const BackendCaps& FlashInferBackend::caps() {
     fa3.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};  // fp8 KV layers run the FA2 template
     fa3.cuda_compute_capability = ComputeCapabilityRange{90, 90};
     // XQA first: where it covers a layer it is the fastest decode this card has of FlashInfer's
-    // (bench/notes/flashinfer.md, r14).
-    c.variants = {xqa_variant_caps(), fa3, decode_variant_caps(), fa2};
+    // (bench/notes/flashinfer.md, r14); for layers with sinks, with the FA2 template's prefills.
+    c.variants = {xqa_variant_caps(false), xqa_variant_caps(true), fa3, decode_variant_caps(), fa2};
     c.platforms = {PlatformKind::kCuda};
     // The library's CUDA code is built for sm_90a, whose machine code runs on sm_90 only.
     c.cuda_compute_capability = {90, 90};
@@ -115,7 +120,7 @@ const BackendCaps& FlashInferBackend::caps() {
     c.kv_layouts = {KVLayout::kSplitNHD, KVLayout::kSplitHND, KVLayout::kFusedHND};  // any strides
     c.attention_types = {AttentionType::kDecoder};
     c.kv_spec_kinds = {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow};
-    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
+    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kSinks, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // FlashInfer's plan reads the CSR lengths on the host
     c.combination_rules = {
         {"kv_cache_dtype + dtype", &kv_neither_query_dtype_nor_fp8,

@@ -58,7 +58,7 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
     ATTNKIT_REQUIRE(kernels::flashinfer_xqa_instantiated(xqa), "kv_cache_dtype/head_size/group size/kernel_block_size",
                     std::string(to_string(xqa.kv_dtype)) + "/" + str(xqa.head_size) + "/" + str(xqa.group_size) + "/" +
                         str(xqa.page_size),
-                    "an instantiated XQA configuration (attnkit backends lists them)", "xqa-paged");
+                    "an instantiated XQA configuration (attnkit backends lists them)", std::string(ctx.variant.name));
     const std::size_t semaphores = kernels::flashinfer_xqa_semaphore_count(max_reqs, ctx.num_kv_heads);
     xqa_semaphores_ = DeviceArray<std::uint32_t>(builder_device_memory(ctx, "FLASHINFER builder"), semaphores);
     kernels::check_launch(kernels::flashinfer_xqa_clear_semaphores(xqa_semaphores_.data(), semaphores));

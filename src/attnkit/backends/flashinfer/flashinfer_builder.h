@@ -9,7 +9,7 @@
 // itself in enqueue(): so the plan follows the build/enqueue split of every builder, and the
 // mirror is rewritten only after the runner's wait for the previous step's copies.
 //
-// The xqa-paged variant plans no decodes: XQA reads the runner's device block table and lengths
+// The XQA variants (xqa-paged, xqa-fa2-paged) plan no decodes: XQA reads the runner's device block table and lengths
 // directly and splits and merges inside its launch; the builder owns its semaphores and scratch.
 //
 // CUDA graphs (C1 kUniformSingleTokenDecode): a decode-only step whose padded token count is a

@@ -65,7 +65,7 @@ LaunchStatus flashinfer_decode_plan(DType dtype, const FlashInferPrefillBatch& b
 LaunchStatus flashinfer_decode_run(const FlashInferPrefillRun& r, const FlashInferDecodePlan& plan, void* stream) {
   if (!plan.planned || r.num_kv_heads <= 0 ||
       !flashinfer_decode_instantiated(r.dtype, r.kv_dtype, r.head_size, r.num_q_heads / r.num_kv_heads) ||
-      r.window_left >= 0 || r.soft_cap != 0.0f || r.logits != FlashInferLogits::kPlain) {
+      r.window_left >= 0 || r.soft_cap != 0.0f || r.sinks != nullptr || r.logits != FlashInferLogits::kPlain) {
     return {static_cast<int>(cudaErrorInvalidValue), kRunName};
   }
   const auto s = static_cast<cudaStream_t>(stream);

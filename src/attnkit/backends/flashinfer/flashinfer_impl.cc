@@ -27,9 +27,10 @@ FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant)
   kernels::FlashInferPrefillRun& r = run_;
   r.dtype = params.dtype;
   r.kv_dtype = params.kv_cache_dtype;
-  r.logits = params.soft_cap ? kernels::FlashInferLogits::kSlidingWindowSoftCap
-             : params.sliding_window ? kernels::FlashInferLogits::kSlidingWindow
-                                     : kernels::FlashInferLogits::kPlain;
+  // Sinks ride on the window variants (FA2 template only; the variant's caps say so).
+  r.logits = params.soft_cap                                  ? kernels::FlashInferLogits::kSlidingWindowSoftCap
+             : params.sliding_window || !params.sinks.empty() ? kernels::FlashInferLogits::kSlidingWindow
+                                                              : kernels::FlashInferLogits::kPlain;
   r.num_q_heads = params.num_q_heads;
   r.num_kv_heads = params.num_kv_heads;
   r.head_size = params.head_size;
@@ -37,6 +38,8 @@ FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant)
   r.window_left = params.sliding_window ? *params.sliding_window - 1 : -1;
   r.soft_cap = params.soft_cap.value_or(0.0f);
   r.sm_scale = params.softmax_scale();
+  sinks_ = upload_layer_floats(params.sinks);
+  r.sinks = sinks_.data();
 }
 
 void FlashInferImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
@@ -84,7 +87,7 @@ void FlashInferImpl::forward(const TensorView& query, const TensorView& key, con
   for (const FlashInferSubPlan* sub : {&md.decode, &md.prefill}) {
     if (sub->launch_reqs == 0) continue;
     if (sub->kernel == FlashInferKernel::kXqa) {
-      ATTNKIT_REQUIRE(lse.empty(), "lse", "a tensor", "empty for the xqa-paged variant",
+      ATTNKIT_REQUIRE(lse.empty(), "lse", "a tensor", "empty for the XQA variants",
                       "XQA returns no LSE; a layer that needs it resolves to fa3-paged or fa2-paged at selection");
       run_xqa_decodes(*sub, md, query, output, r, stream);
       continue;
@@ -147,6 +150,7 @@ void FlashInferImpl::run_xqa_decodes(const FlashInferSubPlan& sub, const FlashIn
   x.semaphores = md.xqa.semaphores;
   x.scratch = md.xqa.scratch;
   x.sm_scale = common.sm_scale;
+  x.sinks = common.sinks;
   x.split_sms = md.xqa.split_sms;
   x.pdl = true;
   kernels::check_launch(kernels::flashinfer_xqa_run(x, stream.handle));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attnkit/backends/backend.h"
+#include "attnkit/backends/device_layer_io.h"
 #include "attnkit/backends/flashinfer/flashinfer_metadata.h"
 #include "attnkit/backends/flashinfer/flashinfer_prefill.h"
 
@@ -31,6 +32,7 @@ class FlashInferImpl final : public AttentionImpl {
 
   LayerParams params_;
   KernelVariant variant_;
+  DeviceArray<float> sinks_;           // the layer's sinks on the device (empty: none)
   kernels::FlashInferPrefillRun run_;  // the per-layer constants, filled once
 };
 

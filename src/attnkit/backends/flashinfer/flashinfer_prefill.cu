@@ -128,8 +128,19 @@ LaunchStatus run_for_kv(const FlashInferPrefillRun& r, const FlashInferPrefillPl
   return run_for_head_size<Element, Element>(r, plan, s);
 }
 
+// The logits variant carries what the run asks for: the plain one has no window, soft-cap or
+// sinks; only the soft-cap one has a soft-cap, and it has one.
+bool logits_variant_matches(const FlashInferPrefillRun& r) {
+  switch (r.logits) {
+    case FlashInferLogits::kPlain: return r.window_left < 0 && r.soft_cap == 0.0f && r.sinks == nullptr;
+    case FlashInferLogits::kSlidingWindow: return r.soft_cap == 0.0f;
+    case FlashInferLogits::kSlidingWindowSoftCap: return r.soft_cap > 0.0f;
+  }
+  return false;
+}
+
 LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan, void* stream) {
-  if (!plan.planned || !flashinfer_prefill_instantiated(r.dtype, r.kv_dtype, r.head_size)) {
+  if (!plan.planned || !flashinfer_prefill_instantiated(r.dtype, r.kv_dtype, r.head_size) || !logits_variant_matches(r)) {
     return {static_cast<int>(cudaErrorInvalidValue), "flashinfer_batch_prefill_paged"};
   }
   const auto s = static_cast<cudaStream_t>(stream);
@@ -187,7 +198,7 @@ LaunchStatus run_fa3_for_head_size(const FlashInferPrefillRun& r, const FlashInf
 
 LaunchStatus flashinfer_fa3_run(const FlashInferPrefillRun& r, const FlashInferFa3Plan& plan, void* stream) {
   if (!plan.planned || !flashinfer_fa3_instantiated(r.dtype, r.head_size) || r.kv_dtype != r.dtype ||
-      r.window_left >= 0 || r.soft_cap != 0.0f || r.logits != FlashInferLogits::kPlain) {
+      r.window_left >= 0 || r.soft_cap != 0.0f || r.sinks != nullptr || r.logits != FlashInferLogits::kPlain) {
     return {static_cast<int>(cudaErrorInvalidValue), kFa3RunName};
   }
   const auto s = static_cast<cudaStream_t>(stream);

@@ -6,13 +6,13 @@
 //
 // Instantiated (flashinfer_prefill_<dtype>[_e4m3|_e5m2]_d<head>.cu, listed by
 // flashinfer_prefill_instantiated): float16 and bfloat16 queries and output, over KV of the same
-// dtype or fp8 e4m3 or e5m2 (not at head size 64: FlashInfer's fp8 tile loader does not handle it); head
-// size 128, and 64 and 256 in a build with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake option of
-// that name); causal masking aligned
-// to the bottom right (a query row sees the context and the rows before it); three attention
-// variants: plain, sliding window, sliding window with soft-cap (the window off at run time is
-// window_left = -1); int32 CSR page tables; any page size; K and V at any strides with the head
-// dim contiguous.
+// dtype or fp8 e4m3 or e5m2 (not at head size 64: FlashInfer's fp8 tile loader does not handle
+// it); head size 128, and 64 and 256 in a build with ATTNKIT_FLASHINFER_ALL_HEAD_SIZES (CMake
+// option of that name); causal masking aligned to the bottom right (a query row sees the context
+// and the rows before it); three attention variants: plain, sliding window, sliding window with
+// soft-cap (the window off at run time is window_left = -1), the two window variants also with
+// per-head sinks (none: null); int32 CSR page tables; any page size; K and V at any strides with
+// the head dim contiguous.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +28,8 @@ namespace attnkit::kernels {
 // The instantiated head sizes, ascending (the build's ATTNKIT_FLASHINFER_ALL_HEAD_SIZES decides).
 std::span<const int> flashinfer_prefill_head_sizes();
 
+// kSlidingWindow and kSlidingWindowSoftCap also carry sinks; a layer with sinks and no window runs
+// kSlidingWindow with window_left = -1.
 enum class FlashInferLogits : std::uint8_t { kPlain, kSlidingWindow, kSlidingWindowSoftCap };
 
 // What one plan is for: a contiguous run of requests with 0-based query offsets.
@@ -100,7 +102,8 @@ struct FlashInferPrefillRun {
   void* float_buffer = nullptr;
   std::int32_t window_left = -1;
   float soft_cap = 0.0f;
-  float sm_scale = 1.0f;  // the KV cache's k_scale folded in
+  float sm_scale = 1.0f;          // the KV cache's k_scale folded in
+  const float* sinks = nullptr;  // device, [num_q_heads] logits (natural units); FA2 window variants only
 };
 LaunchStatus flashinfer_prefill_run(const FlashInferPrefillRun& run, const FlashInferPrefillPlan& plan, void* stream);
 

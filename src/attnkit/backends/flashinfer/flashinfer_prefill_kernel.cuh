@@ -2,7 +2,8 @@
 // backend: flashinfer_prefill_<dtype>[_<kv dtype>]_d<head>.cu each instantiate
 // run_flashinfer_prefill for one query/output element type, KV element type (the same, or fp8
 // e4m3 or e5m2) and head size (its three logits variants and FlashInfer's four query-tile sizes), so each
-// combination costs one translation unit of build time.
+// combination costs one translation unit of build time. The two window variants also carry the
+// layer's sinks (our logits variant below), so sinks cost no instantiation of their own.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -10,6 +11,7 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
@@ -25,17 +27,68 @@ inline constexpr const char* kFlashInferPrefillKernel = "flashinfer_batch_prefil
 // FlashInfer reports misuse by exception; the launcher turns it into a status with its text.
 const char* remember_flashinfer_error(const char* what);
 
+// FlashInfer's paged-prefill parameters plus the layer's sinks, which WindowSinkLogits reads.
+template <class Element, class KVElement>
+struct PagedPrefillParams : flashinfer::BatchPrefillPagedParams<Element, KVElement, Element, std::int32_t> {
+  using flashinfer::BatchPrefillPagedParams<Element, KVElement, Element, std::int32_t>::BatchPrefillPagedParams;
+  const float* sinks = nullptr;  // [num_q_heads] logits, natural units; null: none
+};
+
+// FlashInfer's default logits with a sliding window (and soft-cap), plus sinks: a row's sink logit
+// joins its softmax denominator and not its output. The template calls update_m_d once per row
+// after the row's keys of this CTA, with m already in the base-2 units of its scaled logits; the
+// sink joins only on the first key chunk (kv_tile_idx 0), so a row split over chunks counts it
+// once, and FlashInfer's merge of the chunks by LSE keeps it (the chunk's LSE includes it).
+// OutputTransform then rescales the output by the max's move. With `sinks` null both reduce to
+// the default's. Only head sizes up to 256 are instantiated: above, the template writes its
+// output without OutputTransform (its VO split).
+template <bool kSoftCap>
+struct WindowSinkLogits : flashinfer::DefaultAttention</*custom mask*/ false, /*window*/ true, kSoftCap, /*alibi*/ false> {
+  using Base = flashinfer::DefaultAttention<false, true, kSoftCap, false>;
+  template <class Params>
+  __device__ __host__ WindowSinkLogits(const Params& params, std::uint32_t batch_idx, std::uint8_t* smem)
+      : Base(params, batch_idx, smem) {}
+
+  template <class Params, class M>
+  __device__ __forceinline__ void update_m_d(const Params& params, std::uint32_t kv_tile_idx, std::uint32_t qo_head_idx,
+                                             M& m, float& d, float& scale) {
+    scale = 1.0f;
+    if (params.sinks == nullptr || kv_tile_idx != 0 || qo_head_idx >= params.num_qo_heads) return;
+    const float sink = params.sinks[qo_head_idx] * flashinfer::math::log2e;
+    const float m_new = fmaxf(static_cast<float>(m), sink);
+    // A row that saw no key (m = -inf) keeps no output: scale 0, the sink alone in d.
+    scale = static_cast<float>(m) == -flashinfer::math::inf ? 0.0f : flashinfer::math::ptx_exp2(static_cast<float>(m) - m_new);
+    d = d * scale + flashinfer::math::ptx_exp2(sink - m_new);
+    m = static_cast<M>(m_new);
+  }
+
+  template <class Params, class T, class M>
+  __device__ __forceinline__ T OutputTransform(const Params& params, T output, std::uint32_t batch_idx,
+                                               std::uint32_t qo_idx, std::uint32_t qo_head_idx, M& m, float& d,
+                                               float scale) {
+    const float d_rcp = static_cast<float>(m) != -flashinfer::math::inf ? flashinfer::math::ptx_rcp(d) : 0.0f;
+    return output * scale * d_rcp;
+  }
+};
+
+template <bool kWindow, bool kSoftCap>
+using PrefillLogits =
+    std::conditional_t<kWindow, WindowSinkLogits<kSoftCap>,
+                       flashinfer::DefaultAttention</*custom mask*/ false, false, kSoftCap, /*alibi*/ false>>;
+
 template <class Element, class KVElement, std::uint32_t kHeadDim, bool kWindow, bool kSoftCap>
 cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const FlashInferPrefillPlan& plan,
                                       cudaStream_t stream) {
-  using Params = flashinfer::BatchPrefillPagedParams<Element, KVElement, Element, std::int32_t>;
-  using Variant = flashinfer::DefaultAttention</*custom mask*/ false, kWindow, kSoftCap, /*alibi*/ false>;
+  static_assert(kHeadDim <= 256, "WindowSinkLogits needs the template's OutputTransform (no VO split)");
+  using Params = PagedPrefillParams<Element, KVElement>;
+  using Variant = PrefillLogits<kWindow, kSoftCap>;
   const flashinfer::paged_kv_t<KVElement, std::int32_t> paged_kv = flashinfer_paged_kv<KVElement, kHeadDim>(r);
   Params p(static_cast<Element*>(const_cast<void*>(r.q)), paged_kv, /*custom mask*/ nullptr, r.qo_indptr,
            /*mask indptr*/ nullptr, /*rope offsets*/ nullptr, static_cast<Element*>(r.o), r.lse,
            /*alibi slopes*/ nullptr, static_cast<std::uint32_t>(r.num_q_heads),
            static_cast<std::int32_t>(r.q_stride_token), static_cast<std::int32_t>(r.q_stride_head), r.window_left,
            r.soft_cap, r.sm_scale, /*rope scale*/ 1.0f, /*rope theta*/ 1e4f);
+  p.sinks = kWindow ? r.sinks : nullptr;
   auto* ints = static_cast<char*>(r.int_buffer);
   auto* floats = static_cast<char*>(r.float_buffer);
   const auto at = [ints](std::int64_t offset) { return reinterpret_cast<std::int32_t*>(ints + offset); };

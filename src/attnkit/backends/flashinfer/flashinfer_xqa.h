@@ -63,6 +63,9 @@ struct FlashInferXqaRun {
   std::uint32_t* semaphores = nullptr;
   void* scratch = nullptr;
   float sm_scale = 1.0f;  // the softmax scale with the cache's k_scale folded in
+  // [num_q_heads] sink logits (natural units), or null. XQA adds each to its row's denominator once:
+  // in the single-CTA epilogue, or after merging the splits.
+  const float* sinks = nullptr;
   // What XQA's split rule reads as the SM count: flashinfer_xqa_split_sms of this launch.
   std::int32_t split_sms = 0;
   bool pdl = false;  // programmatic dependent launch

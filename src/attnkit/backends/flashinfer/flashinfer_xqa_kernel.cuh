@@ -131,7 +131,7 @@ LaunchStatus ATTNKIT_XQA_CAT(flashinfer_xqa_launch_, ATTNKIT_XQA_TAG)(const Flas
     x::launchHopperF8MHAFlashInfer(
         static_cast<std::uint32_t>(r.split_sms), static_cast<std::uint32_t>(r.num_kv_heads), /*slidingWinSize=*/0,
         q_scale, /*qScalePtr=*/nullptr, static_cast<x::OutputHead*>(r.o), static_cast<const x::InputHead*>(r.q),
-        /*attentionSinks=*/nullptr, static_cast<x::GMemCacheHead*>(const_cast<void*>(r.k)),
+        /*attentionSinks=*/r.sinks, static_cast<x::GMemCacheHead*>(const_cast<void*>(r.k)),
         static_cast<x::GMemCacheHead*>(const_cast<void*>(r.v)), r.block_table,
         static_cast<std::uint32_t>(r.max_pages_per_req) * x::tokensPerPage,
         reinterpret_cast<const std::uint32_t*>(r.seq_lens), static_cast<std::uint32_t>(r.batch_size),

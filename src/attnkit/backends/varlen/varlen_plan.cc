@@ -154,13 +154,15 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
   const std::int32_t capacity = std::min(limits.max_work_items, varlen_work_capacity(limits, in.num_tokens_padded,
                                                                                      in.num_reqs_padded));
 
-  // Split-KV by the occupancy rule: for each candidate chunk length, the CTAs it makes fill
-  // ceil(ctas / slots) waves, each as long as the longest chunk plus a CTA's fixed cost; a split
-  // adds the merge (a fixed cost and one per partial of the longest merged row). The cheapest
-  // wins (ties: fewer CTAs). A grid far from filling the card is therefore split whenever its
-  // keys outweigh the merge (at most half the slots and >= 4 x kVarlenMinSplitKeys keys always
-  // are); one that nearly fills it stays whole when a split would need a second wave; a full one
-  // is split only when its waves quantize badly.
+  // Split-KV by the occupancy rule: for each candidate chunk length, the CTAs it makes are spread
+  // over the SMs, and one CTA per SM already draws the SM's share of the card's KV stream
+  // (bench/notes/varlen.md, r40), so the keys each SM streams (ceil(ctas / SMs) x the longest chunk)
+  // price the step, plus a CTA's fixed cost per wave over the CTA slots; a split adds the merge (a
+  // fixed cost and one per partial of the longest merged row). The cheapest wins (ties: fewer CTAs).
+  // A grid that leaves at least half the SMs idle is therefore split whenever its keys outweigh the
+  // merge (>= 4 x kVarlenMinSplitKeys keys always are); one that gives nearly every SM a CTA stays
+  // whole (splitting it only moves the same keys per SM into more CTAs and pays the merge); a full
+  // one is split only when its CTAs spread badly over the SMs.
   auto evaluate = [&](std::int32_t split_keys) {
     SplitChoice c;
     c.split_keys = split_keys;
@@ -187,8 +189,10 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     }
     if (items > capacity || partial_rows > limits.max_partial_rows || merges > limits.max_merge_items) return c;
     c.ctas = (items - fills) * limits.num_kv_heads;
+    const std::int64_t ctas_per_sm = std::max<std::int64_t>(1, (c.ctas + limits.num_sms - 1) / limits.num_sms);
     const std::int64_t waves = std::max<std::int64_t>(1, (c.ctas + slots - 1) / slots);
-    c.cost = waves * (longest + kCtaOverheadKeys) + (merge ? kMergeOverheadKeys + kMergeKeysPerPartial * most_partials : 0);
+    c.cost = ctas_per_sm * longest + waves * kCtaOverheadKeys +
+             (merge ? kMergeOverheadKeys + kMergeKeysPerPartial * most_partials : 0);
     return c;
   };
   SplitChoice best = evaluate(0);
