@@ -390,26 +390,57 @@ TEST(CudnnSdpaKey, EveryFieldChangesTheKeyAndItsHashIsStable) {
   b.window = 64;
   EXPECT_FALSE(a == b) << "the window is a mask of the graph";
   EXPECT_NE(b.describe().find("window 64"), std::string::npos) << b.describe();
+  b = a;
+  b.soft_cap = 30.0f;
+  EXPECT_FALSE(a == b) << "the soft-cap is a score modifier of the graph";
+  EXPECT_NE(CudnnSdpaKeyHash()(a), CudnnSdpaKeyHash()(b));
+  EXPECT_NE(b.describe().find("soft_cap 30"), std::string::npos) << b.describe();
 }
 
-TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {
-  if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (the frontend's validation queries it)";
+// A bucket of `batch` one-query requests over split NHD pages of 16, 32/8 heads of 128 (rows
+// ragged, the key's default; decode-only steps set ragged = false).
+CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::int64_t table_width) {
   CudnnSdpaKey k;
-  k.batch = 8;
+  k.batch = batch;
   k.max_query_len = 1;
   k.num_q_heads = 32;
   k.num_kv_heads = 8;
   k.head_size = 128;
-  k.num_blocks = 1024;
+  k.num_blocks = num_blocks;
   k.page_size = 16;
-  k.table_width = 64;
+  k.table_width = table_width;
   k.q_stride_token = 32 * 128;
   k.q_stride_head = 128;
-  k.kv_stride_block = 2 * 16 * 8 * 128;  // split NHD pages
+  k.kv_stride_block = 2 * 16 * 8 * 128;
   k.kv_stride_token = 8 * 128;
   k.kv_stride_head = 128;
   k.scale = 0.088f;
-  EXPECT_EQ(validate_paged_sdpa_graph(k), "");
+  return k;
+}
+
+TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {
+  if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (the frontend's validation queries it)";
+  EXPECT_EQ(validate_paged_sdpa_graph(one_query_bucket(8, 1024, 64)), "");
+}
+
+// Soft-cap goes in as a score modifier with our own padding and bottom-right causal masks: cuDNN
+// builds that graph for decode buckets (dense rows, with and without a window) and mixed ones
+// (ragged rows, causal).
+TEST(CudnnSdpaGraph, SoftCappedGraphsBuildForDecodeAndMixedBucketsOnTheGpu) {
+  if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph compiles kernels)";
+  CudnnSdpaKey k = one_query_bucket(4, 256, 32);
+  k.soft_cap = 30.0f;
+  k.ragged = false;
+  for (int window : {0, 64}) {
+    k.window = window;
+    std::string reason;
+    EXPECT_NE(CudnnSdpaGraph::build(k, &reason), nullptr) << k.describe() << ": " << reason;
+  }
+  k.window = 0;
+  k.ragged = true;
+  k.max_query_len = 64;
+  std::string reason;
+  EXPECT_NE(CudnnSdpaGraph::build(k, &reason), nullptr) << k.describe() << ": " << reason;
 }
 #endif
 

@@ -22,7 +22,7 @@ const BackendCaps& CudnnBackend::caps() {
     sdpa.variant = kCudnnSdpaVariant;
     sdpa.summary =
         "cuDNN SDPA forward with paged K/V (dense page table), per-request query and KV lengths, ragged query offsets, "
-        "bottom-right causal mask, sliding window as a diagonal band; one graph per shape bucket (mixed steps: batch and query length rounded up to powers "
+        "bottom-right causal mask, sliding window as a diagonal band, soft-cap as a score modifier; one graph per shape bucket (mixed steps: batch and query length rounded up to powers "
         "of two, ragged rows; decode-only steps: the exact batch, dense rows)";
     c.variants = {sdpa};
     c.platforms = {PlatformKind::kCuda};
@@ -34,8 +34,9 @@ const BackendCaps& CudnnBackend::caps() {
     c.kv_layouts = {KVLayout::kSplitNHD, KVLayout::kSplitHND, KVLayout::kFusedHND};  // any strides
     c.attention_types = {AttentionType::kDecoder};
     c.kv_spec_kinds = {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow};
-    // cuDNN's softmax stats; the window as a band left of the bottom-right causal diagonal.
-    c.features = {Feature::kSlidingWindow, Feature::kReturnLse};
+    // cuDNN's softmax stats; the window as a band left of the bottom-right causal diagonal; the
+    // soft-cap as a score modifier (with our own masks in that graph, cudnn_sdpa_graph.cc).
+    c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;

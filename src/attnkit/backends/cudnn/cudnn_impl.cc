@@ -60,6 +60,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   k.scale = params_.softmax_scale();
   k.causal = true;
   k.window = params_.sliding_window.value_or(0);
+  k.soft_cap = params_.soft_cap.value_or(0.0f);
   k.ragged = md.ragged;
   k.lse = !lse.empty();
   if (last_graph_ == nullptr || !(k == last_key_)) {

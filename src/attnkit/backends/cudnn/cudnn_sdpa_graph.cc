@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -68,22 +69,43 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
   const std::int64_t w = k.table_width;
   auto table_k = int_tensor(*g, "page_table_k", kPageTableK, {b, 1, w, 1}, {w, w, 1, 1});
   auto table_v = int_tensor(*g, "page_table_v", kPageTableV, {b, 1, w, 1}, {w, w, 1, 1});
+  const std::int64_t max_keys = w * k.page_size;
   auto options = fe::graph::SDPA_attributes()
                      .set_name("paged_sdpa")
                      .set_generate_stats(k.lse)
                      .set_attn_scale(k.scale)
-                     .set_padding_mask(true)
                      .set_seq_len_q(seq_q)
                      .set_seq_len_kv(seq_kv)
                      .set_paged_attention_k_table(table_k)
                      .set_paged_attention_v_table(table_v)
-                     .set_paged_attention_max_seq_len_kv(static_cast<int>(w * k.page_size));
+                     .set_paged_attention_max_seq_len_kv(static_cast<int>(max_keys));
   // One query row per request sees every key (it is the last position): a dense decode graph
   // needs no causal mask, and without one cuDNN may choose among more engines; a window needs
   // it (cuDNN bounds the band from the bottom-right diagonal).
-  if (k.causal && (k.ragged || k.window > 0)) options.set_causal_mask_bottom_right(true);
+  const bool causal_mask = k.causal && (k.ragged || k.window > 0);
   // cuDNN keeps key j for query position i where i - j < left bound: the row's window.
-  if (k.window > 0) options.set_diagonal_band_left_bound(k.window);
+  const std::optional<std::int64_t> left_bound =
+      k.window > 0 ? std::optional<std::int64_t>(k.window) : std::optional<std::int64_t>();
+  if (k.soft_cap > 0.0f) {
+    // The modifier runs on the scaled scores; the same masks, built as the attributes would.
+    namespace mods = fe::graph::attn::score_modifiers;
+    const float cap = k.soft_cap;
+    options.set_score_mod([=](std::shared_ptr<fe::graph::Graph> graph, TensorPtr score) {
+      TensorPtr out = fe::graph::attn::score_modifiers::Softcap().forward(
+          graph, score, std::make_shared<fe::graph::Tensor_attributes>(cap));
+      out = mods::padding_mask(graph, out, seq_kv, seq_q);
+      if (causal_mask) {
+        out = mods::sliding_window_mask(graph, out, fe::DiagonalAlignment_t::BOTTOM_RIGHT, left_bound,
+                                        /*right bound: causal*/ std::optional<std::int64_t>(0), s, max_keys, seq_q,
+                                        seq_kv);
+      }
+      return out;
+    });
+  } else {
+    options.set_padding_mask(true);
+    if (causal_mask) options.set_causal_mask_bottom_right(true);
+    if (left_bound) options.set_diagonal_band_left_bound(*left_bound);
+  }
   auto [o, stats] = g->sdpa(q, key_cache, value_cache, options);
   o->set_output(true).set_uid(kO).set_dim({b, h, s, d}).set_stride(row_strides);
   if (k.ragged) o->set_ragged_offset(ragged_o);
@@ -126,6 +148,7 @@ std::string CudnnSdpaKey::describe() const {
      << table_width << " q strides " << q_stride_token << "/" << q_stride_head << " kv strides " << kv_stride_block
      << "/" << kv_stride_token << "/" << kv_stride_head << " scale " << scale << (causal ? " causal" : "")
      << (window > 0 ? " window " + std::to_string(window) : std::string())
+     << (soft_cap > 0.0f ? " soft_cap " + std::to_string(soft_cap) : std::string())
      << (ragged ? " ragged" : " dense") << (lse ? " lse" : "");
   return os.str();
 }
@@ -141,6 +164,7 @@ std::size_t CudnnSdpaKeyHash::operator()(const CudnnSdpaKey& k) const {
   mix(static_cast<std::int64_t>(std::hash<float>()(k.scale)));
   mix(k.causal ? 1 : 0);
   mix(k.window);
+  mix(static_cast<std::int64_t>(std::hash<float>()(k.soft_cap)));
   mix(k.ragged ? 1 : 0);
   mix(k.lse ? 1 : 0);
   return h;

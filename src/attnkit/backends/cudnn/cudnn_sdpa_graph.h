@@ -31,6 +31,10 @@ struct CudnnSdpaKey {
   bool causal = true;  // bottom-right aligned: a request's query rows are its last positions
   // Sliding window (with causal): each row sees this many keys, itself included; 0 = every key.
   std::int32_t window = 0;
+  // Soft-cap: each scaled score becomes soft_cap x tanh(score / soft_cap); 0 = none. cuDNN takes it
+  // as a score modifier, which disables its own masks, so that graph states the padding and
+  // bottom-right causal (window) masks itself with the frontend's mask builders.
+  float soft_cap = 0.0f;
   // Query rows at per-request offsets (mixed steps). A decode-only step (one row per request, as
   // many requests as the graph's batch) reads them densely: cuDNN then picks its decode engines.
   bool ragged = true;
