@@ -350,6 +350,37 @@ TEST(FlashInferPrefill, RefusesAPlanOrRunItCannotMakeBeforeAnyCudaCall) {
   run.window_left = 31;
   EXPECT_EQ(kernels::flashinfer_fa3_run(run, kernels::FlashInferFa3Plan{}, nullptr).cuda_error, cudaErrorInvalidValue)
       << "an FA3 run without a plan, or with a window";
+  // A planned run whose logits variant lacks what it asks for is refused, never run without it.
+  kernels::FlashInferPrefillPlan planned;
+  planned.planned = true;
+  const float sinks[32] = {};
+  kernels::FlashInferPrefillRun plain;
+  plain.dtype = plain.kv_dtype = DType::kBFloat16;
+  plain.head_size = 128;
+  plain.logits = kernels::FlashInferLogits::kPlain;
+  for (int mistake = 0; mistake < 3; ++mistake) {
+    kernels::FlashInferPrefillRun r = plain;
+    if (mistake == 0) r.window_left = 31;
+    if (mistake == 1) r.soft_cap = 30.0f;
+    if (mistake == 2) r.sinks = sinks;
+    EXPECT_EQ(kernels::flashinfer_prefill_run(r, planned, nullptr).cuda_error, cudaErrorInvalidValue)
+        << "the plain variant has no window, soft-cap or sinks (case " << mistake << ")";
+  }
+  kernels::FlashInferPrefillRun capped = plain;
+  capped.logits = kernels::FlashInferLogits::kSlidingWindowSoftCap;
+  EXPECT_EQ(kernels::flashinfer_prefill_run(capped, planned, nullptr).cuda_error, cudaErrorInvalidValue)
+      << "the soft-cap variant without a cap";
+  kernels::FlashInferPrefillRun windowed = plain;
+  windowed.logits = kernels::FlashInferLogits::kSlidingWindow;
+  windowed.soft_cap = 30.0f;
+  EXPECT_EQ(kernels::flashinfer_prefill_run(windowed, planned, nullptr).cuda_error, cudaErrorInvalidValue)
+      << "a cap on the variant without one";
+  kernels::FlashInferFa3Plan fa3_planned;
+  fa3_planned.planned = true;
+  kernels::FlashInferPrefillRun with_sinks = plain;
+  with_sinks.sinks = sinks;
+  EXPECT_EQ(kernels::flashinfer_fa3_run(with_sinks, fa3_planned, nullptr).cuda_error, cudaErrorInvalidValue)
+      << "FA3 has no sink term";
 }
 #endif
 
