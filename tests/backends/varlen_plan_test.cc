@@ -147,8 +147,9 @@ bool check_plan(const VarlenPlanLimits& limits, const Step& step, const Planned&
   const std::int32_t padded = step.padded_tokens();
 
   EXPECT_GE(n, 0);
-  EXPECT_LE(n, varlen_work_capacity(limits, padded, step.padded_reqs())) << "a captured grid of this shape is too small";
-  EXPECT_LE(n, limits.max_work_items);
+  const std::int32_t grid = varlen_step_capacity(limits, padded, step.padded_reqs());
+  EXPECT_LE(n, grid) << "a captured grid of this shape is too small";
+  EXPECT_LE(grid, limits.max_work_items) << "a captured grid would read work items past the plan buffer";
   for (std::size_t i = static_cast<std::size_t>(std::max(n, 0)); i < p.items.size(); ++i) {
     if (!same(p.items[i], kPoisonItem)) {
       ADD_FAILURE() << "work item " << i << " past the count " << n << " was written";
@@ -502,33 +503,25 @@ TEST(VarlenPlan, FewLongDecodesAreSplitIntoAtMostTwoWaves) {
   }
 }
 
-// 16 decodes x 8 KV heads = 128 CTAs give 128 of the 132 SMs one CTA each, and one CTA per SM
-// already draws the SM's share of the KV stream: a split would only spread the same keys per SM
-// over twice the CTAs and add the merge, so the step stays whole although half the CTA slots idle.
-TEST(VarlenPlan, DecodesThatGiveNearlyEverySmACtaStayUnsplit) {
+// Decodes that already give (nearly) every SM a CTA stay whole, and so pay no merge:
+// - 16 x 8 KV heads = 128 CTAs on 132 SMs, although half the 264 decode slots idle: one CTA per SM
+//   already draws the SM's share of the KV stream, so a split would only spread the same keys per
+//   SM over twice the CTAs and add the merge;
+// - 64 x 8 = 512 CTAs fill two waves of the slots (97%): any split multiplies the CTAs per SM
+//   while each gets only proportionally shorter.
+TEST(VarlenPlan, DecodesThatGiveEverySmACtaStayUnsplit) {
   const VarlenPlanLimits limits = card();
-  const Step step = decodes(16, 4096);
-  const Planned p = plan(limits, step);
-  check_plan(limits, step, p);
-  EXPECT_EQ(p.summary.max_splits, 1);
-  EXPECT_EQ(p.summary.ctas, 128);
-  EXPECT_LT(p.summary.ctas, p.summary.slots);
-  EXPECT_EQ(p.summary.num_merge_items, 0);
-}
-
-// 64 decodes x 8 KV heads = 512 CTAs already fill two waves of the 264 decode slots (97%): any
-// split multiplies the CTAs and so the waves, while each wave gets only proportionally shorter,
-// so the rule keeps one split.
-TEST(VarlenPlan, ManyLongDecodesThatFillTheCardStayUnsplit) {
-  const VarlenPlanLimits limits = card();
-  const Step step = decodes(64, 4096);
-  const Planned p = plan(limits, step);
-  check_plan(limits, step, p);
-  EXPECT_EQ(p.summary.max_splits, 1);
-  EXPECT_EQ(p.summary.split_keys, 0);
-  EXPECT_EQ(p.summary.ctas, 512);
-  EXPECT_EQ(p.summary.num_merge_items, 0);
-  EXPECT_EQ(p.summary.partial_rows, 0);
+  for (const auto& [n, ctas] : {std::pair{16, 128}, std::pair{64, 512}}) {
+    const Step step = decodes(n, 4096);
+    SCOPED_TRACE(step.describe());
+    const Planned p = plan(limits, step);
+    check_plan(limits, step, p);
+    EXPECT_EQ(p.summary.max_splits, 1);
+    EXPECT_EQ(p.summary.split_keys, 0);
+    EXPECT_EQ(p.summary.ctas, ctas);
+    EXPECT_EQ(p.summary.num_merge_items, 0);
+    EXPECT_EQ(p.summary.partial_rows, 0);
+  }
 }
 
 // Longest chunk of keys a CTA of the plan reads, as the rule counts it: a split request's own keys

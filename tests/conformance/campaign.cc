@@ -188,21 +188,25 @@ std::vector<Feature> own_features(const VariantCaps& v) {
   return features;
 }
 
-void record_coverage(const ConformanceCase& c, bool cascade_taken, Coverage& cov) {
+// What a passing run of case `c` on `variant` exercised.
+void record_coverage(const ConformanceCase& c, std::string_view variant, bool cascade_taken, Coverage& cov) {
   cov.dtypes.insert(c.batch.dtype);
   cov.kv_dtypes.insert(c.batch.kv_dtype);
   cov.head_sizes.insert(c.batch.head_size);
   cov.kernel_block_sizes.insert(c.kernel_block_size);
   cov.layouts.insert(c.layout);
   cov.attn_types.insert(c.attn_type);
-  if (c.batch.sliding_window) cov.features.insert(Feature::kSlidingWindow);
   if (c.batch.sliding_window == 1) cov.window_of_one = true;
-  if (c.batch.soft_cap) cov.features.insert(Feature::kSoftCap);
-  if (c.batch.sinks) cov.features.insert(Feature::kSinks);
-  if (c.batch.alibi) cov.features.insert(Feature::kAlibi);
-  if (c.want_lse) cov.features.insert(Feature::kReturnLse);
-  if (c.cascade && cascade_taken) cov.features.insert(Feature::kCascade);
-  if (c.context_parallel > 1) cov.features.insert(Feature::kContextParallel);
+  cov.variants.insert(std::string(variant));
+  const FeatureSet asked = features_of(c);
+  for (Feature f : kAllFeatures) {
+    // The cascade counts only where the metadata took its path, the LSE only where the run
+    // returned it (context parallelism asks the selector for it for its own merge).
+    if (!asked.has(f) || (f == Feature::kCascade && !cascade_taken) || (f == Feature::kReturnLse && !c.want_lse))
+      continue;
+    cov.features.insert(f);
+    cov.variant_features.insert(variant_feature(variant, f));
+  }
 }
 
 // Runs `record` as case `c`; returns "" or why it failed.
@@ -236,11 +240,7 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   const bool cascade_taken = metadata_takes_cascade(nlohmann::json::parse(result.backend_metadata_json));
   if (c.cascade && record.requests.size() >= 2 && !cascade_taken)
     return "cascade forced over a shared prefix, but the metadata does not take the cascade path";
-  Coverage mine;
-  record_coverage(c, cascade_taken, mine);
-  record_coverage(c, cascade_taken, cov);
-  cov.variants.insert(std::string(variant));
-  for (Feature f : mine.features) cov.variant_features.insert(variant_feature(variant, f));
+  record_coverage(c, variant, cascade_taken, cov);
   const std::string vs_dense = compare_with_dense(record, result, c.want_lse);
   if (!vs_dense.empty() || c.platform.kind != PlatformKind::kCuda) return vs_dense;
   // A CUDA backend is also checked against the CPU reference on the same inputs (B3 on the device).

@@ -91,8 +91,7 @@ std::shared_ptr<fe::graph::Graph> describe(const CudnnSdpaKey& k) {
     namespace mods = fe::graph::attn::score_modifiers;
     const float cap = k.soft_cap;
     options.set_score_mod([=](std::shared_ptr<fe::graph::Graph> graph, TensorPtr score) {
-      TensorPtr out = fe::graph::attn::score_modifiers::Softcap().forward(
-          graph, score, std::make_shared<fe::graph::Tensor_attributes>(cap));
+      TensorPtr out = mods::Softcap().forward(graph, score, std::make_shared<fe::graph::Tensor_attributes>(cap));
       out = mods::padding_mask(graph, out, seq_kv, seq_q);
       if (causal_mask) {
         out = mods::sliding_window_mask(graph, out, fe::DiagonalAlignment_t::BOTTOM_RIGHT, left_bound,

@@ -88,7 +88,7 @@ cudaError_t launch_flashinfer_prefill(const FlashInferPrefillRun& r, const Flash
            /*alibi slopes*/ nullptr, static_cast<std::uint32_t>(r.num_q_heads),
            static_cast<std::int32_t>(r.q_stride_token), static_cast<std::int32_t>(r.q_stride_head), r.window_left,
            r.soft_cap, r.sm_scale, /*rope scale*/ 1.0f, /*rope theta*/ 1e4f);
-  p.sinks = kWindow ? r.sinks : nullptr;
+  p.sinks = r.sinks;  // read by WindowSinkLogits only; a plain run with sinks is refused before this
   auto* ints = static_cast<char*>(r.int_buffer);
   auto* floats = static_cast<char*>(r.float_buffer);
   const auto at = [ints](std::int64_t offset) { return reinterpret_cast<std::int32_t*>(ints + offset); };

@@ -179,10 +179,7 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   name_common(c);
   VarlenDevicePlan& d = metadata_.device;
   d.summary = summary;
-  // Never past the work-item buffer: the kernel reads its CTA's item before it compares the index
-  // with the step's count (the plan emits at most max_work_items).
-  d.graph_work_items =
-      std::min(limits_.max_work_items, varlen_work_capacity(limits_, c.num_tokens_padded, c.num_reqs_padded));
+  d.graph_work_items = varlen_step_capacity(limits_, c.num_tokens_padded, c.num_reqs_padded);
   // Eager: the plan's used bytes. Captured: a size fixed by the padded shape (every merge item a
   // step of that shape can have), so the recorded copy moves any later plan of that shape.
   eager_upload_bytes_ = summary.num_merge_items > 0

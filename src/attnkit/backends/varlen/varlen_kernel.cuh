@@ -830,8 +830,8 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(D)) varlen_attention
   const auto item_index = static_cast<std::int32_t>(blockIdx.x / static_cast<unsigned>(p.num_kv_heads));
   // The item and the step's count are read together (one memory latency, not two, before the
   // request's lengths): the grid never covers more items than the plan buffer holds
-  // (VarlenCudaMetadataBuilder caps graph_work_items), so an item past the count is stale, not out
-  // of bounds, and is dropped here.
+  // (varlen_step_capacity), so an item past the count is stale, not out of bounds, and is dropped
+  // here.
   const VarlenWorkItem item = p.work_items[item_index];
   if (item_index >= *p.num_work_items) return;
   const int kv_head = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_kv_heads));

@@ -102,6 +102,11 @@ std::int32_t varlen_work_capacity(const VarlenPlanLimits& limits, std::int32_t n
                                    ceil_div(num_tokens_padded, kVarlenFillTokens) + split_extra + 1);
 }
 
+std::int32_t varlen_step_capacity(const VarlenPlanLimits& limits, std::int32_t num_tokens_padded,
+                                  std::int32_t num_reqs_padded) {
+  return std::min(limits.max_work_items, varlen_work_capacity(limits, num_tokens_padded, num_reqs_padded));
+}
+
 VarlenCascadeCost varlen_cascade_cost(const VarlenPlanLimits& limits, const VarlenPlanInput& in) {
   VarlenCascadeCost cost;
   const std::int32_t prefix = in.common_prefix_len;
@@ -151,8 +156,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
   }
   const std::int64_t slots =
       static_cast<std::int64_t>(limits.num_sms) * (prefill_tiles ? limits.ctas_per_sm_mixed : limits.ctas_per_sm_decode);
-  const std::int32_t capacity = std::min(limits.max_work_items, varlen_work_capacity(limits, in.num_tokens_padded,
-                                                                                     in.num_reqs_padded));
+  const std::int32_t capacity = varlen_step_capacity(limits, in.num_tokens_padded, in.num_reqs_padded);
 
   // Split-KV by the occupancy rule: for each candidate chunk length, the CTAs it makes are spread
   // over the SMs, and one CTA per SM already draws the SM's share of the card's KV stream

@@ -46,6 +46,12 @@ inline constexpr std::int32_t kVarlenMaxSplitWaves = 8;
 // (its CTAs past the step's device count exit) and the builder's work-item capacity.
 std::int32_t varlen_work_capacity(const VarlenPlanLimits& limits, std::int32_t num_tokens_padded,
                                   std::int32_t num_reqs_padded);
+// The same within the limits' plan buffer (max_work_items, sized by varlen_work_capacity of the
+// largest shape): the most work items a step of this shape can have and the grid a captured graph
+// of it launches. The kernel reads each CTA's item before it compares with the step's count, so
+// no grid may exceed it.
+std::int32_t varlen_step_capacity(const VarlenPlanLimits& limits, std::int32_t num_tokens_padded,
+                                  std::int32_t num_reqs_padded);
 
 // One step, from host lengths (seq_lens may be upper bounds of the device truth; the kernel clips
 // every key range by the device length).
