@@ -50,6 +50,8 @@ run platform "$bin/test_platform"
 run kv_kernels "$bin/test_kv" --gtest_filter='KVUpdateKernel*:SlotMappingKernel*'
 run ref_kernel "$bin/test_backends" --gtest_filter='GpuReferenceKernel*'
 run varlen "$bin/test_backends" --gtest_filter='VarlenCuda*:VarlenPlan*'
+# The kernel libraries' own layers: FlashInfer's launchers, cuDNN's graphs (what it refuses).
+run kernel_libs "$bin/test_backends" --gtest_filter='FlashInfer*:Cudnn*'
 run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
 run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*:*FLASHINFER*:*CUDNN*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'

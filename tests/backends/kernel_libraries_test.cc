@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,7 +29,9 @@
 
 #include "attnkit/backends/cudnn/cudnn_backend.h"
 #include "attnkit/backends/cudnn/cudnn_builder.h"
+#include "attnkit/backends/cudnn/cudnn_metadata.h"
 #include "attnkit/backends/cudnn/cudnn_sdpa_graph.h"
+#include "attnkit/core/error.h"
 #endif
 
 namespace attnkit {
@@ -428,6 +432,120 @@ TEST(CudnnSdpaKey, EveryFieldChangesTheKeyAndItsHashIsStable) {
   EXPECT_NE(b.describe().find("soft_cap 30"), std::string::npos) << b.describe();
 }
 
+// Host memory that says it is device (or pinned) memory: the CUDNN builder's host part then runs
+// on a machine without a GPU (build() only writes the mirror; no test here uploads).
+class HostMemoryLabelled final : public MemoryResource {
+ public:
+  explicit HostMemoryLabelled(MemorySpace space) : space_(space) {}
+  MemorySpace space() const override { return space_; }
+  bool pinned() const override { return space_ == MemorySpace::kHost; }
+  void* allocate(std::size_t bytes) override { return ::operator new(bytes); }
+  void deallocate(void* ptr) override { ::operator delete(ptr); }
+  void copy_from_host(void*, const void*, std::size_t) override { ADD_FAILURE() << "no copy expected"; }
+  void copy_to_host(void*, const void*, std::size_t) override { ADD_FAILURE() << "no copy expected"; }
+  void copy_from_host_async(void*, const void*, std::size_t, Stream) override { ADD_FAILURE() << "no copy expected"; }
+
+ private:
+  MemorySpace space_;
+};
+
+// Start-up builds the graphs of cudnn_startup_buckets(). Every step padded to a capture shape
+// (decode-only or mixed, any real size that pads to it) must run one of those graphs, and every
+// eager step a graph no larger on either axis than the largest of its kind built at start-up.
+TEST(CudnnStartup, EveryCapturedStepRunsAGraphBuiltAtStartUpAndEagerStepsStayWithinItsExtremes) {
+  constexpr std::int32_t kMaxReqs = 48, kMaxTokens = 512, kRowStride = 8;
+  const std::vector<int> sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512};
+  // The runner's padding rule (ModelRunner::shape_for), for a size used as a capture shape.
+  const auto padded = [&](std::int32_t reqs, std::int32_t tokens) -> std::optional<StepShape> {
+    for (int size : sizes) {
+      if (size >= tokens) return StepShape{reqs, tokens, std::max(reqs, std::min(size, kMaxReqs)), size};
+    }
+    return std::nullopt;
+  };
+  std::vector<StepShape> shapes;
+  for (int size : sizes) shapes.push_back(*padded(1, size));
+  const std::vector<CudnnBucket> built = cudnn_startup_buckets(kMaxReqs, kMaxTokens, shapes);
+  std::int32_t largest_dense = 0, largest_ragged_batch = 0, largest_ragged_query = 0;
+  for (const CudnnBucket& b : built) {
+    if (b.ragged) {
+      largest_ragged_batch = std::max(largest_ragged_batch, b.batch);
+      largest_ragged_query = std::max(largest_ragged_query, b.query_len);
+    } else {
+      largest_dense = std::max(largest_dense, b.batch);
+    }
+  }
+
+  HostMemoryLabelled device(MemorySpace::kDevice), pinned(MemorySpace::kHost);
+  BuilderContext ctx;
+  ctx.caps = &CudnnBackend::caps();
+  ctx.max_num_reqs = kMaxReqs;
+  ctx.max_num_tokens = kMaxTokens;
+  ctx.max_blocks_per_req = kRowStride;
+  ctx.capture_sizes = sizes;
+  ctx.memory = &device;
+  ctx.mirror_memory = &pinned;
+  CudnnMetadataBuilder builder(ctx);
+
+  std::mt19937 rng(11);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(kMaxReqs) * kRowStride, 0);
+  int captured = 0, eager = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const bool decode_only = trial % 2 == 0;
+    const auto reqs = static_cast<std::int32_t>(std::uniform_int_distribution<int>(1, kMaxReqs)(rng));
+    std::vector<std::int32_t> starts{0}, seq_lens;
+    std::int32_t longest = 0;
+    for (std::int32_t r = 0; r < reqs; ++r) {
+      const std::int32_t q = decode_only ? 1 : std::uniform_int_distribution<std::int32_t>(1, 24)(rng);
+      starts.push_back(starts.back() + q);
+      seq_lens.push_back(q + std::uniform_int_distribution<std::int32_t>(0, kRowStride * 16 - 24)(rng));
+      longest = std::max(longest, q);
+    }
+    if (!decode_only && longest == 1) continue;  // that step is decode-only after all
+    const std::int32_t tokens = starts.back();
+    if (tokens > kMaxTokens) continue;
+    CommonAttentionMetadata c;
+    c.query_start_loc_cpu = starts;
+    c.seq_lens_cpu = seq_lens;
+    c.block_table = in_host_memory(BlockTableView{table.data(), kMaxReqs, kRowStride});
+    c.num_reqs = reqs;
+    c.num_actual_tokens = tokens;
+    c.max_query_len = longest;
+    c.kernel_block_size = 16;
+    const bool capture = trial % 4 < 2;
+    const std::optional<StepShape> shape = padded(reqs, tokens);
+    if (capture && !shape) continue;
+    c.num_reqs_padded = capture ? shape->num_reqs_padded : reqs;
+    c.num_tokens_padded = capture ? shape->num_tokens_padded : tokens;
+    // Eager steps: a token count that is no capture size runs unpadded.
+    if (!capture && std::find(sizes.begin(), sizes.end(), tokens) != sizes.end()) continue;
+    const auto& md = dynamic_cast<const CudnnMetadata&>(builder.build(0, c));
+    const CudnnBucket ran{md.bucket_batch, md.bucket_query_len, md.ragged};
+    ASSERT_EQ(md.ragged, !decode_only);
+    SCOPED_TRACE(std::to_string(reqs) + " requests, " + std::to_string(tokens) + " tokens, longest query " +
+                 std::to_string(longest));
+    if (capture) {
+      ++captured;
+      ASSERT_TRUE(md.graph_shape);
+      EXPECT_NE(std::find(built.begin(), built.end(), ran), built.end())
+          << "a captured step runs the graph of bucket " << ran.batch << " x " << ran.query_len
+          << (ran.ragged ? " ragged" : " dense") << ", which start-up did not build";
+    } else {
+      ++eager;
+      ASSERT_FALSE(md.graph_shape);
+      if (ran.ragged) {
+        EXPECT_LE(ran.batch, largest_ragged_batch);
+        EXPECT_LE(ran.query_len, largest_ragged_query);
+      } else {
+        EXPECT_LE(ran.batch, largest_dense);
+      }
+    }
+  }
+  EXPECT_GT(captured, 1000);
+  EXPECT_GT(eager, 500);
+  EXPECT_TRUE(std::find(built.begin(), built.end(), CudnnBucket{1, 1, false}) != built.end()) << "the smallest decode";
+  EXPECT_TRUE(std::find(built.begin(), built.end(), CudnnBucket{1, 2, true}) != built.end()) << "the smallest mixed";
+}
+
 // A bucket of `batch` one-query requests over split NHD pages of 16, 32/8 heads of 128 (rows
 // ragged, the key's default; decode-only steps set ragged = false).
 CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::int64_t table_width) {
@@ -452,6 +570,28 @@ CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::
 TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (the frontend's validation queries it)";
   EXPECT_EQ(validate_paged_sdpa_graph(one_query_bucket(8, 1024, 64)), "");
+}
+
+// What cuDNN refuses to build is an Error carrying cuDNN's own words (CudnnImpl::prepare lets it
+// through to the runner's start-up, which names the layer and backend), and nothing is cached.
+TEST(CudnnSdpaGraph, AGraphCudnnRefusesIsAnErrorWithCudnnsReasonAndIsNotCached) {
+  if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph queries it)";
+  CudnnSdpaKey k = one_query_bucket(4, 256, 32);
+  k.head_size = 100;  // cuDNN's SDPA wants a multiple of 8 (and of 16 on most engines)
+  k.q_stride_token = 32 * 100;
+  k.q_stride_head = 100;
+  k.kv_stride_block = 2 * 16 * 8 * 100;
+  k.kv_stride_token = 8 * 100;
+  k.kv_stride_head = 100;
+  try {
+    (void)cudnn_sdpa_graph_for(k);
+    ADD_FAILURE() << "cuDNN built a graph of head size 100";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "cuDNN SDPA graph");
+    EXPECT_FALSE(e.value().empty()) << "cuDNN's reason";
+    EXPECT_NE(std::string(e.what()).find("d 100"), std::string::npos) << "the key: " << e.what();
+  }
+  EXPECT_EQ(cudnn_sdpa_graph_if_built(k), nullptr);
 }
 
 // Soft-cap goes in as a score modifier with our own padding and bottom-right causal masks: cuDNN

@@ -16,6 +16,7 @@
 #include "attnkit/kv/layout.h"
 #include "attnkit/kv/spec.h"
 #include "attnkit/metadata/common.h"
+#include "attnkit/metadata/common_builder.h"
 #include "attnkit/metadata/metadata.h"
 #include "attnkit/backends/capabilities.h"
 #include "attnkit/platform/memory.h"
@@ -104,6 +105,18 @@ class MetadataBuilder {
   virtual void graph_buffers(std::vector<GraphBuffer>& out) const { (void)out; }
 };
 
+// What a layer's impl may get ready for once, at start-up (ModelRunner, after the KV cache exists
+// and the builders are made): the cache it will read and the step shapes the run can take.
+struct ImplStartup {
+  KVCacheView kv_cache;
+  int max_num_reqs = 0;
+  int max_num_tokens = 0;
+  int block_table_width = 0;  // kernel pages per request row of the runner's block table
+  // The padded shape of each capture size (ModelRunner::shape_for): every captured step runs one.
+  std::vector<StepShape> capture_shapes;
+  bool need_lse = false;  // steps may ask this layer for its LSE
+};
+
 // Per layer per step (hot path). `key`/`value` are this step's new tokens; a backend that does
 // not fuse the KV update (caps.forward_includes_kv_update false) ignores them because the shared
 // update op already wrote them. `lse` is [tokens, q_heads] float32 or empty. Everything is
@@ -113,6 +126,10 @@ class AttentionImpl {
  public:
   virtual ~AttentionImpl() = default;
   virtual KernelVariant variant() const = 0;
+  // Start-up, once, before any step: whatever the impl would otherwise make at the first step of
+  // a shape (a kernel library's compiled graphs), so that what the library refuses surfaces here
+  // as an Error, never at a step, and a captured step finds it ready. Most impls have nothing to do.
+  virtual void prepare(const ImplStartup& startup) { (void)startup; }
   virtual void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                        const KVCacheView& kv_cache, const AttentionMetadata& metadata, const TensorView& output,
                        const TensorView& lse, Stream stream) = 0;

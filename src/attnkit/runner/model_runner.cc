@@ -190,6 +190,7 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
   select_backends();
   build_groups();
   build_context_parallel();
+  prepare_impls();
   graph_buffers(captured_buffers_);  // C3: the addresses a capture would bake in
 }
 
@@ -214,6 +215,35 @@ void ModelRunner::select_backends() {
       impls_.push_back(sel.backend->make_impl(local, sel.variant));
     } else {
       impls_.push_back(sel.backend->make_impl(layer.params, sel.variant));
+    }
+  }
+}
+
+// Start-up: each attention layer's impl makes what it would otherwise make at a step (S3: what a
+// kernel library refuses is a reason this layer's backend cannot run here, found before any step).
+void ModelRunner::prepare_impls() {
+  std::vector<StepShape> capture_shapes;
+  for (std::int32_t size : config_.capture_sizes) capture_shapes.push_back(shape_for(1, size));
+  for (const KVGroupState& g : kv_groups_) {
+    for (const AttentionGroup& ag : g.attn_groups) {
+      for (LayerId id : ag.layers) {
+        ImplStartup startup;
+        startup.kv_cache = views_[index(id)];
+        startup.max_num_reqs = config_.max_num_reqs;
+        startup.max_num_tokens = config_.max_num_tokens;
+        startup.block_table_width = g.max_kernel_blocks_per_req;
+        startup.capture_shapes = capture_shapes;
+        startup.need_lse = config_.need_lse;
+        try {
+          impls_[index(id)]->prepare(startup);
+        } catch (const Error& e) {
+          const LayerSpec& layer = layers_[index(id)];
+          throw Error("layers[" + layer.name + "].backend",
+                      std::string(ag.backend->name()) + ":" + std::string(ag.variant.name),
+                      "a backend whose kernels this run can build for the layer",
+                      std::string("refused at start-up, before any step: ") + e.what());
+        }
+      }
     }
   }
 }

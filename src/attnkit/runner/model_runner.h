@@ -156,6 +156,7 @@ class ModelRunner {
   void select_backends();
   void build_groups();
   void build_context_parallel();
+  void prepare_impls();
   void check_request_order(const StepInput& step) const;
   void plan(const StepInput& step, bool wait_for_previous_copies);
   void enqueue(Stream stream);

@@ -29,7 +29,9 @@ const BackendCaps& CudnnBackend::caps() {
     c.cuda_compute_capability = {90, 90};
     c.dtypes = {DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat16, DType::kBFloat16};
-    c.head_sizes = {64, 128};
+    // cuDNN 9.19 on sm_90: multiples of 8 up to 256, paged included (the frontend refuses d > 128
+    // with a paged cache only up to 9.9); every size here is checked by the conformance campaign.
+    c.head_sizes = {64, 80, 96, 112, 128, 192, 256};
     c.block_sizes.sizes = {16, 32, 64};
     c.kv_layouts = {KVLayout::kSplitNHD, KVLayout::kSplitHND, KVLayout::kFusedHND};  // any strides
     c.attention_types = {AttentionType::kDecoder};
@@ -41,8 +43,7 @@ const BackendCaps& CudnnBackend::caps() {
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;
     // A capture shape's steps all run the cuDNN graph of its padded bucket (see the builder), so
-    // any step may be captured; the cuDNN graph itself is built at the first eager step of that
-    // shape (a capture before it is refused, see the impl).
+    // any step may be captured; those graphs are built at start-up (CudnnImpl::prepare).
     c.cudagraph_support = CudaGraphSupport::kAlways;
     c.reorder_batch_threshold = std::nullopt;
     c.supports_update_block_table = false;

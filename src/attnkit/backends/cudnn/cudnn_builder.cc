@@ -23,6 +23,32 @@ std::int32_t cudnn_bucket(std::int32_t n, std::int32_t cap) {
   return std::min(b, cap);
 }
 
+CudnnBucket cudnn_step_bucket(bool decode_only, std::int32_t reqs, std::int32_t longest, std::int32_t max_num_reqs,
+                              std::int32_t max_num_tokens) {
+  if (decode_only) return {reqs, 1, false};
+  return {cudnn_bucket(std::max(reqs, 1), max_num_reqs), cudnn_bucket(std::max(longest, 1), max_num_tokens), true};
+}
+
+std::vector<CudnnBucket> cudnn_startup_buckets(std::int32_t max_num_reqs, std::int32_t max_num_tokens,
+                                               std::span<const StepShape> capture_shapes) {
+  std::vector<CudnnBucket> out;
+  const auto add = [&out](CudnnBucket b) {
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+  };
+  for (const StepShape& s : capture_shapes) {
+    add(cudnn_step_bucket(true, s.num_reqs_padded, 1, max_num_reqs, max_num_tokens));
+    add(cudnn_step_bucket(false, s.num_reqs_padded, s.num_tokens_padded, max_num_reqs, max_num_tokens));
+  }
+  const std::int32_t most_decodes = std::min(max_num_reqs, max_num_tokens);
+  add(cudnn_step_bucket(true, 1, 1, max_num_reqs, max_num_tokens));
+  add(cudnn_step_bucket(true, most_decodes, 1, max_num_reqs, max_num_tokens));
+  if (max_num_tokens >= 2) {  // the smallest mixed step: one request of two query rows
+    add(cudnn_step_bucket(false, 1, 2, max_num_reqs, max_num_tokens));
+    add(cudnn_step_bucket(false, max_num_reqs, max_num_tokens, max_num_reqs, max_num_tokens));
+  }
+  return out;
+}
+
 CudnnMetadataBuilder::CudnnMetadataBuilder(const BuilderContext& ctx) : context_(ctx), metadata_(CudnnBackend::caps()) {
   ATTNKIT_REQUIRE(ctx.max_num_reqs > 0 && ctx.max_num_tokens > 0 && ctx.kernel_block_size > 0,
                   "max_num_reqs/max_num_tokens/kernel_block_size",
@@ -88,8 +114,10 @@ const AttentionMetadata& CudnnMetadataBuilder::build(std::int32_t common_prefix_
                   "num_reqs_padded", str(c.num_reqs_padded), "[" + str(n) + ", " + str(context_.max_num_reqs) + "]");
   const std::int32_t reqs = m.graph_shape ? c.num_reqs_padded : n;
   const std::int32_t longest = m.graph_shape ? c.num_tokens_padded : c.max_query_len;
-  m.bucket_batch = m.ragged ? cudnn_bucket(std::max(reqs, 1), context_.max_num_reqs) : reqs;
-  m.bucket_query_len = m.ragged ? cudnn_bucket(std::max(longest, 1), context_.max_num_tokens) : 1;
+  const CudnnBucket bucket =
+      cudnn_step_bucket(!m.ragged, reqs, longest, context_.max_num_reqs, context_.max_num_tokens);
+  m.bucket_batch = bucket.batch;
+  m.bucket_query_len = bucket.query_len;
   m.io_rows = m.ragged ? c.num_actual_tokens : m.bucket_batch;
   const std::int64_t row = static_cast<std::int64_t>(context_.num_q_heads) * context_.head_size;
   for (std::int32_t i = 0; i < m.bucket_batch; ++i) {

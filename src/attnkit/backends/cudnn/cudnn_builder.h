@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attnkit/backends/backend.h"
@@ -13,7 +14,8 @@
 
 namespace attnkit {
 
-// cuDNN's own workspace per builder; a graph that needs more is refused at its first use.
+// cuDNN's own workspace per builder; a graph that needs more is refused where it is built (at
+// start-up for the buckets CudnnImpl::prepare builds).
 inline constexpr std::size_t kCudnnWorkspaceBytes = 64u << 20;
 
 class CudnnMetadataBuilder final : public MetadataBuilder {
@@ -38,5 +40,28 @@ class CudnnMetadataBuilder final : public MetadataBuilder {
 
 // The bucket of `n` (the next power of two, at most `cap`), the rule both bucket axes follow.
 std::int32_t cudnn_bucket(std::int32_t n, std::int32_t cap);
+
+// The shape a step's cuDNN graph is made for.
+struct CudnnBucket {
+  std::int32_t batch = 0;      // requests (the rows past the step's have no queries and no keys)
+  std::int32_t query_len = 0;  // query rows per request
+  bool ragged = true;          // false: one dense row per request (decode-only steps)
+  bool operator==(const CudnnBucket&) const = default;
+};
+
+// The one rule the builder follows (and start-up enumerates): a step of `reqs` requests (a
+// capture shape's padded count) whose longest query has `longest` rows (a capture shape: its
+// padded token count). A decode-only step runs a dense graph of exactly `reqs` rows; any other
+// step the ragged graph of both axes' buckets.
+CudnnBucket cudnn_step_bucket(bool decode_only, std::int32_t reqs, std::int32_t longest, std::int32_t max_num_reqs,
+                              std::int32_t max_num_tokens);
+
+// The buckets a run can meet whose graphs are built at start-up: both kinds of step padded to
+// each capture shape (so a capture never meets an unbuilt graph), and the smallest and largest
+// bucket of each kind an eager step can take (what cuDNN refuses, or a workspace it needs, is
+// decided by the shape's kind and its extent). The other eager buckets are built at their first
+// step, from the same description cuDNN accepted at start-up.
+std::vector<CudnnBucket> cudnn_startup_buckets(std::int32_t max_num_reqs, std::int32_t max_num_tokens,
+                                               std::span<const StepShape> capture_shapes);
 
 }  // namespace attnkit

@@ -1,8 +1,10 @@
 #include "attnkit/backends/cudnn/cudnn_impl.h"
 
 #include <string>
+#include <vector>
 
 #include "attnkit/backends/cudnn/cudnn_backend.h"
+#include "attnkit/backends/cudnn/cudnn_builder.h"
 #include "attnkit/backends/cudnn/cudnn_metadata.h"
 #include "attnkit/backends/device_layer_io.h"
 #include "attnkit/core/error.h"
@@ -12,10 +14,59 @@ namespace attnkit {
 
 namespace {
 std::string str(std::int64_t v) { return std::to_string(v); }
+
+void require_workspace_fits(const CudnnSdpaGraph& graph, std::size_t workspace_bytes) {
+  ATTNKIT_REQUIRE(static_cast<std::size_t>(graph.workspace_bytes()) <= workspace_bytes, "cuDNN workspace",
+                  str(graph.workspace_bytes()) + " bytes", "<= " + str(static_cast<std::int64_t>(workspace_bytes)),
+                  "the builder preallocates it");
+}
+
 }  // namespace
 
 CudnnImpl::CudnnImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
   check_layer_params(CudnnBackend::caps(), params, PlatformKind::kCuda);
+}
+
+CudnnSdpaKey CudnnImpl::key_for(const KVCacheView& kv_cache, std::int64_t table_width, const CudnnBucket& bucket,
+                                bool lse) const {
+  const std::int64_t heads = params_.num_q_heads, d = params_.head_size;
+  CudnnSdpaKey k;
+  k.dtype = params_.dtype;
+  k.batch = bucket.batch;
+  k.max_query_len = bucket.query_len;
+  k.num_q_heads = heads;
+  k.num_kv_heads = params_.num_kv_heads;
+  k.head_size = d;
+  k.num_blocks = kv_cache.num_blocks;
+  k.page_size = kv_cache.block_size;
+  k.table_width = table_width;
+  k.q_stride_token = heads * d;
+  k.q_stride_head = d;
+  k.kv_stride_block = kv_cache.stride_block;
+  k.kv_stride_token = kv_cache.stride_token;
+  k.kv_stride_head = kv_cache.stride_head;
+  k.scale = params_.softmax_scale();
+  k.causal = true;
+  k.window = params_.sliding_window.value_or(0);
+  k.soft_cap = params_.soft_cap.value_or(0.0f);
+  k.ragged = bucket.ragged;
+  k.lse = lse;
+  return k;
+}
+
+// Start-up: the graphs of cudnn_startup_buckets(), with and without the LSE where steps may ask
+// for it. cudnn_sdpa_graph_for throws cuDNN's reason for a graph it refuses.
+void CudnnImpl::prepare(const ImplStartup& startup) {
+  check_device_kv_cache(startup.kv_cache, params_, static_cast<int>(startup.kv_cache.block_size));
+  const std::vector<CudnnBucket> buckets =
+      cudnn_startup_buckets(startup.max_num_reqs, startup.max_num_tokens, startup.capture_shapes);
+  for (const bool lse : {false, true}) {
+    if (lse && !startup.need_lse) continue;
+    for (const CudnnBucket& bucket : buckets) {
+      const CudnnSdpaGraph& graph = cudnn_sdpa_graph_for(key_for(startup.kv_cache, startup.block_table_width, bucket, lse));
+      require_workspace_fits(graph, kCudnnWorkspaceBytes);
+    }
+  }
 }
 
 void CudnnImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
@@ -42,27 +93,8 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
   const std::int64_t kv_bytes = static_cast<std::int64_t>(size_of(kv_cache.dtype));
   if (rows == 0) return;  // an empty step runs (and builds) no graph
 
-  CudnnSdpaKey k;
-  k.dtype = params_.dtype;
-  k.batch = md.bucket_batch;
-  k.max_query_len = md.bucket_query_len;
-  k.num_q_heads = heads;
-  k.num_kv_heads = params_.num_kv_heads;
-  k.head_size = d;
-  k.num_blocks = kv_cache.num_blocks;
-  k.page_size = md.page_size;
-  k.table_width = md.page_table_stride;
-  k.q_stride_token = heads * d;
-  k.q_stride_head = d;
-  k.kv_stride_block = kv_cache.stride_block;
-  k.kv_stride_token = kv_cache.stride_token;
-  k.kv_stride_head = kv_cache.stride_head;
-  k.scale = params_.softmax_scale();
-  k.causal = true;
-  k.window = params_.sliding_window.value_or(0);
-  k.soft_cap = params_.soft_cap.value_or(0.0f);
-  k.ragged = md.ragged;
-  k.lse = !lse.empty();
+  const CudnnSdpaKey k =
+      key_for(kv_cache, md.page_table_stride, {md.bucket_batch, md.bucket_query_len, md.ragged}, !lse.empty());
   if (last_graph_ == nullptr || !(k == last_key_)) {
     // Building a cuDNN graph compiles and loads kernels: never inside a capture.
     if (is_capturing(stream)) {
@@ -74,9 +106,7 @@ void CudnnImpl::forward(const TensorView& query, const TensorView& key, const Te
     }
     last_key_ = k;
   }
-  ATTNKIT_REQUIRE(static_cast<std::size_t>(last_graph_->workspace_bytes()) <= md.workspace_bytes, "cuDNN workspace",
-                  str(last_graph_->workspace_bytes()) + " bytes", "<= " + str(static_cast<std::int64_t>(md.workspace_bytes)),
-                  "the builder preallocates it");
+  require_workspace_fits(*last_graph_, md.workspace_bytes);
   CudnnSdpaPointers p;
   p.q = query.data;
   p.o = output.data;

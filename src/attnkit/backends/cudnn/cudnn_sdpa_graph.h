@@ -5,8 +5,9 @@
 //
 // One graph is specific to a shape bucket and the layer's geometry: CudnnSdpaKey holds every
 // factor that changes the graph (and so the result), as the selection cache key does for a
-// selection. Graphs are built once per key, at the first step that needs it, kept for the life of
-// the process and shared by every layer of that geometry; the steady state only looks them up.
+// selection. Graphs are built once per key (at start-up for the buckets CudnnImpl::prepare
+// names, else at the first step that needs one), kept for the life of the process and shared by
+// every layer of that geometry; the steady state only looks them up.
 #pragma once
 
 #include <cstddef>
