@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "attnkit/runner/attention_groups.h"
 #include "attnkit/runner/model_runner.h"
+#include "attnkit/selection/registry.h"
 #include "support/error_field.h"
 #include "support/hand_step.h"
 #include "support/runner_driver.h"
@@ -128,6 +131,39 @@ class CountingMemory final : public MemoryResource {
   int allocations = 0;
   std::size_t allocated = 0;
 };
+
+// A kernel library that refuses what a layer needs is found at start-up (AttentionImpl::prepare,
+// run by the runner for every layer once the cache exists): the error names the layer and the
+// backend with its kernel variant, and carries the library's own reason.
+TEST(StartUp, AnImplThatRefusesToPrepareIsAnErrorNamingTheLayerBackendAndReason) {
+  class RefusingImpl final : public AttentionImpl {
+   public:
+    KernelVariant variant() const override { return {"graph", 0}; }
+    void prepare(const ImplStartup& startup) override {
+      prepared_for = startup.max_num_tokens;
+      throw Error("cuDNN SDPA graph", "no engine for this shape", "a graph cuDNN builds");
+    }
+    void forward(const TensorView&, const TensorView&, const TensorView&, const KVCacheView&, const AttentionMetadata&,
+                 const TensorView&, const TensorView&, Stream) override {}
+    int prepared_for = 0;
+  } impl;
+  const BackendType backend = *find_backend("CSR_PLAN");
+  AttentionGroup group;
+  group.backend = &backend;
+  group.variant = {"graph", 0};
+  ImplStartup startup;
+  startup.max_num_tokens = 77;
+  try {
+    prepare_layer_impl(impl, startup, "layers.3.attn", group);
+    ADD_FAILURE() << "the refusal was swallowed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "layers[layers.3.attn].backend");
+    EXPECT_EQ(e.value(), "CSR_PLAN:graph");
+    EXPECT_NE(std::string(e.what()).find("before any step"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no engine for this shape"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(impl.prepared_for, 77) << "the impl saw the run's start-up facts";
+}
 
 TEST(InjectedMemory, TheKVCacheAndTheWorkspacesComeFromTheEnginesResources) {
   CountingMemory kv, workspace;

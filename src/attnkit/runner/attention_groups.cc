@@ -1,5 +1,9 @@
 #include "attnkit/runner/attention_groups.h"
 
+#include <string>
+
+#include "attnkit/core/error.h"
+
 namespace attnkit {
 
 std::vector<std::vector<LayerId>> partition_attention_layers(std::span<const LayerId> layers,
@@ -16,6 +20,18 @@ std::vector<std::vector<LayerId>> partition_attention_layers(std::span<const Lay
     groups[g].push_back(layers[i]);
   }
   return groups;
+}
+
+void prepare_layer_impl(AttentionImpl& impl, const ImplStartup& startup, std::string_view layer_name,
+                        const AttentionGroup& group) {
+  try {
+    impl.prepare(startup);
+  } catch (const Error& e) {
+    throw Error("layers[" + std::string(layer_name) + "].backend",
+                std::string(group.backend->name()) + ":" + std::string(group.variant.name),
+                "a backend whose kernels this run can build for the layer",
+                std::string("refused at start-up, before any step: ") + e.what());
+  }
 }
 
 }  // namespace attnkit

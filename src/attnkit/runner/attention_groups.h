@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/backends/backend.h"
@@ -71,5 +72,11 @@ struct AttentionGroupKey {
 // in order of first appearance.
 std::vector<std::vector<LayerId>> partition_attention_layers(std::span<const LayerId> layers,
                                                              std::span<const AttentionGroupKey> keys);
+
+// Start-up: impl.prepare(startup) for the layer `layer_name` of attention group `group`. What the
+// impl refuses becomes an Error naming the layer (field "layers[<name>].backend") and the backend
+// and kernel variant (its value), with the impl's own reason: the selection cannot stand for it.
+void prepare_layer_impl(AttentionImpl& impl, const ImplStartup& startup, std::string_view layer_name,
+                        const AttentionGroup& group);
 
 }  // namespace attnkit

@@ -234,15 +234,7 @@ void ModelRunner::prepare_impls() {
         startup.block_table_width = g.max_kernel_blocks_per_req;
         startup.capture_shapes = capture_shapes;
         startup.need_lse = config_.need_lse;
-        try {
-          impls_[index(id)]->prepare(startup);
-        } catch (const Error& e) {
-          const LayerSpec& layer = layers_[index(id)];
-          throw Error("layers[" + layer.name + "].backend",
-                      std::string(ag.backend->name()) + ":" + std::string(ag.variant.name),
-                      "a backend whose kernels this run can build for the layer",
-                      std::string("refused at start-up, before any step: ") + e.what());
-        }
+        prepare_layer_impl(*impls_[index(id)], startup, layers_[index(id)].name, ag);
       }
     }
   }
