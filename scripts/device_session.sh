@@ -3,7 +3,10 @@
 # of each backend named in BACKENDS (default "VARLEN FLASHINFER CUDNN", those this build registers)
 # on the same workloads, each with the ceilings measured in its own run, then
 # scripts/device_check.sh (tests, conformance, replay, demo, sanitizers) within CHECK_SECONDS
-# (default 420). Everything lands in $OUT/session.tgz (the device tool returns few files) plus
+# (default 540; 0 skips it). The check alone took 480 s in r50 (the CUDNN conformance campaign 309 s
+# of it: each soft-capped case compiles a cuDNN graph of its own, about a second), so the benchmarks
+# and the check no longer fit one device call of 600 s: run them as two calls (CHECK_SECONDS=0 for
+# the benchmarks, BACKENDS=none for the check). Everything lands in $OUT/session.tgz (the device tool returns few files) plus
 # the printed summaries. Exits non-zero if the check failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,8 +23,11 @@ for backend in $(built_backends); do
   echo "== $backend (exit $?)"
   grep -E '^\| (decode|prefill|mixed)' "$work/bench_$(bench_dir_name "$backend")/attention_bench.md" | cut -d'|' -f2-11
 done
-OUT="$work/check" timeout "${CHECK_SECONDS:-420}" bash scripts/device_check.sh
-check=$?
-[[ $check -eq 124 ]] && echo "device_check.sh ran out of time (${CHECK_SECONDS:-420} s)"
+check=0
+if [[ "${CHECK_SECONDS:-540}" != 0 ]]; then
+  OUT="$work/check" timeout "${CHECK_SECONDS:-540}" bash scripts/device_check.sh
+  check=$?
+  [[ $check -eq 124 ]] && echo "device_check.sh ran out of time (${CHECK_SECONDS:-540} s)"
+fi
 tar czf "$out/session.tgz" -C "$work" .
 exit $check

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -570,6 +572,30 @@ CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::
 TEST(CudnnSdpaGraph, ThePagedDecodeGraphOfABucketValidatesOnTheGpu) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (the frontend's validation queries it)";
   EXPECT_EQ(validate_paged_sdpa_graph(one_query_bucket(8, 1024, 64)), "");
+}
+
+// Every head size CUDNN declares builds, for a dense decode bucket and a ragged causal one (the
+// two graph kinds a run uses). Prints how long each build took: start-up pays it per layer geometry.
+TEST(CudnnSdpaGraph, EveryDeclaredHeadSizeBuildsDenseAndRaggedGraphsOnTheGpu) {
+  if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph compiles kernels)";
+  for (int d : CudnnBackend::caps().head_sizes) {
+    for (bool ragged : {false, true}) {
+      CudnnSdpaKey k = one_query_bucket(8, 512, 32);
+      k.head_size = d;
+      k.q_stride_token = 32 * d;
+      k.q_stride_head = d;
+      k.kv_stride_block = 2 * 16 * 8 * d;
+      k.kv_stride_token = 8 * d;
+      k.kv_stride_head = d;
+      k.ragged = ragged;
+      k.max_query_len = ragged ? 64 : 1;
+      const auto start = std::chrono::steady_clock::now();
+      std::string reason;
+      EXPECT_NE(CudnnSdpaGraph::build(k, &reason), nullptr) << k.describe() << ": " << reason;
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("cuDNN graph build: head size %d, %s: %.0f ms\n", d, ragged ? "ragged causal" : "dense decode", ms);
+    }
+  }
 }
 
 // What cuDNN refuses to build is an Error carrying cuDNN's own words (CudnnImpl::prepare lets it
