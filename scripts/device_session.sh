@@ -4,7 +4,7 @@
 # on the same workloads, each with the ceilings measured in its own run, then
 # scripts/device_check.sh (tests, conformance, replay, demo, sanitizers) within CHECK_SECONDS
 # (default 540; 0 skips it). The check alone took 480 s in r50 (the CUDNN conformance campaign 309 s
-# of it: each soft-capped case compiles a cuDNN graph of its own, about a second), so the benchmarks
+# of it: each case builds cuDNN graphs of its own, bench/notes/cudnn.md), so the benchmarks
 # and the check no longer fit one device call of 600 s: run them as two calls (CHECK_SECONDS=0 for
 # the benchmarks, BACKENDS=none for the check). Everything lands in $OUT/session.tgz (the device tool returns few files) plus
 # the printed summaries. Exits non-zero if the check failed or ran out of time.

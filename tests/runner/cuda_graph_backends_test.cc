@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -341,6 +343,35 @@ TEST_P(CudaGraphBackend, StepsOutsideTheDeclaredLevelArePiecewise) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, CudaGraphBackend, ::testing::ValuesIn(kGraphBackends),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// What CUDNN's start-up costs an engine-sized run: 32/8 heads of 128, bf16, 256 requests, 8192
+// tokens, capture sizes 1, 2, 4 and the multiples of 8 up to 512; plain layers, then soft-capped
+// ones (a score-modifier graph is compiled at run time). Both must start; the times are printed.
+TEST(CudnnStartup, AnEngineSizedRunStartsWithEveryCaptureShapesGraphsBuilt) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU here";
+  if (find_backend("CUDNN") == nullptr) GTEST_SKIP() << "CUDNN is not in this build";
+  for (const float soft_cap : {0.0f, 30.0f}) {
+    RunnerConfig c = config_for("CUDNN");
+    c.max_num_reqs = 256;
+    c.max_num_tokens = 8192;
+    c.max_model_len = 32768;
+    c.num_manager_blocks = 4096;
+    c.capture_sizes = {1, 2, 4};
+    for (int size = 8; size <= 512; size += 8) c.capture_sizes.push_back(size);
+    std::vector<LayerSpec> layers;
+    for (int i = 0; i < 2; ++i) {
+      layers.push_back(testing::attention_layer("layers." + std::to_string(i) + ".attn", 32, 8, 128, kPage,
+                                                /*window=*/0, DType::kBFloat16, DType::kBFloat16));
+      if (soft_cap > 0.0f) layers.back().params.soft_cap = soft_cap;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ModelRunner runner(layers, c);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("CUDNN start-up, %zu capture sizes, %s layers: %.1f s\n", c.capture_sizes.size(),
+                soft_cap > 0.0f ? "soft-capped" : "plain", s);
+    EXPECT_EQ(runner.graph_support(), CudaGraphSupport::kAlways);
+  }
+}
 
 TEST(CudaGraphBackends, RegistryBackendsWithGraphsAreAllCovered) {
   for (const BackendType* b : priority_list(PlatformKind::kCuda)) {
