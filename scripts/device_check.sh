@@ -53,6 +53,8 @@ run varlen "$bin/test_backends" --gtest_filter='VarlenCuda*:VarlenPlan*'
 # The kernel libraries' own layers: FlashInfer's launchers, cuDNN's graphs (what it refuses).
 run kernel_libs "$bin/test_backends" --gtest_filter='FlashInfer*:Cudnn*'
 run cuda_steps "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
+# An engine-sized CUDNN run starts with every capture shape's graphs built (prints the time).
+run cudnn_startup "$bin/test_runner" --gtest_filter='CudnnStartup*'
 run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*:*FLASHINFER*:*CUDNN*:ConformanceHarness*'
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
 run context_parallel "$bin/test_parallel"
