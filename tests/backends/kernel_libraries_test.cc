@@ -1,4 +1,4 @@
-// The third-party kernel libraries of the FLASHINFER and CUDNN backends (issue 7, in progress):
+// The third-party kernel libraries of the FLASHINFER and CUDNN backends:
 // what a build with them links and compiled, and the checks their kernel layers make before any
 // CUDA call. Each part exists only in a build with its option ON (cmake/kernel_libraries.cmake).
 #include <gtest/gtest.h>
@@ -34,6 +34,7 @@
 #include "attnkit/backends/cudnn/cudnn_metadata.h"
 #include "attnkit/backends/cudnn/cudnn_sdpa_graph.h"
 #include "attnkit/core/error.h"
+#include "support/labelled_memory.h"
 #endif
 
 namespace attnkit {
@@ -434,23 +435,6 @@ TEST(CudnnSdpaKey, EveryFieldChangesTheKeyAndItsHashIsStable) {
   EXPECT_NE(b.describe().find("soft_cap 30"), std::string::npos) << b.describe();
 }
 
-// Host memory that says it is device (or pinned) memory: the CUDNN builder's host part then runs
-// on a machine without a GPU (build() only writes the mirror; no test here uploads).
-class HostMemoryLabelled final : public MemoryResource {
- public:
-  explicit HostMemoryLabelled(MemorySpace space) : space_(space) {}
-  MemorySpace space() const override { return space_; }
-  bool pinned() const override { return space_ == MemorySpace::kHost; }
-  void* allocate(std::size_t bytes) override { return ::operator new(bytes); }
-  void deallocate(void* ptr) override { ::operator delete(ptr); }
-  void copy_from_host(void*, const void*, std::size_t) override { ADD_FAILURE() << "no copy expected"; }
-  void copy_to_host(void*, const void*, std::size_t) override { ADD_FAILURE() << "no copy expected"; }
-  void copy_from_host_async(void*, const void*, std::size_t, Stream) override { ADD_FAILURE() << "no copy expected"; }
-
- private:
-  MemorySpace space_;
-};
-
 // Start-up builds the graphs of cudnn_startup_buckets(). Every step padded to a capture shape
 // (decode-only or mixed, any real size that pads to it) must run one of those graphs, and every
 // eager step a graph no larger on either axis than the largest of its kind built at start-up.
@@ -477,7 +461,7 @@ TEST(CudnnStartup, EveryCapturedStepRunsAGraphBuiltAtStartUpAndEagerStepsStayWit
     }
   }
 
-  HostMemoryLabelled device(MemorySpace::kDevice), pinned(MemorySpace::kHost);
+  testing::HostMemoryLabelled device(MemorySpace::kDevice), pinned(MemorySpace::kHost);
   BuilderContext ctx;
   ctx.caps = &CudnnBackend::caps();
   ctx.max_num_reqs = kMaxReqs;
@@ -550,21 +534,23 @@ TEST(CudnnStartup, EveryCapturedStepRunsAGraphBuiltAtStartUpAndEagerStepsStayWit
 
 // A bucket of `batch` one-query requests over split NHD pages of 16, 32/8 heads of 128 (rows
 // ragged, the key's default; decode-only steps set ragged = false).
-CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::int64_t table_width) {
+CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::int64_t table_width,
+                              std::int64_t head_size = 128) {
+  const std::int64_t d = head_size;
   CudnnSdpaKey k;
   k.batch = batch;
   k.max_query_len = 1;
   k.num_q_heads = 32;
   k.num_kv_heads = 8;
-  k.head_size = 128;
+  k.head_size = d;
   k.num_blocks = num_blocks;
   k.page_size = 16;
   k.table_width = table_width;
-  k.q_stride_token = 32 * 128;
-  k.q_stride_head = 128;
-  k.kv_stride_block = 2 * 16 * 8 * 128;
-  k.kv_stride_token = 8 * 128;
-  k.kv_stride_head = 128;
+  k.q_stride_token = 32 * d;
+  k.q_stride_head = d;
+  k.kv_stride_block = 2 * 16 * 8 * d;
+  k.kv_stride_token = 8 * d;
+  k.kv_stride_head = d;
   k.scale = 0.088f;
   return k;
 }
@@ -580,13 +566,7 @@ TEST(CudnnSdpaGraph, EveryDeclaredHeadSizeBuildsDenseAndRaggedGraphsOnTheGpu) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph compiles kernels)";
   for (int d : CudnnBackend::caps().head_sizes) {
     for (bool ragged : {false, true}) {
-      CudnnSdpaKey k = one_query_bucket(8, 512, 32);
-      k.head_size = d;
-      k.q_stride_token = 32 * d;
-      k.q_stride_head = d;
-      k.kv_stride_block = 2 * 16 * 8 * d;
-      k.kv_stride_token = 8 * d;
-      k.kv_stride_head = d;
+      CudnnSdpaKey k = one_query_bucket(8, 512, 32, d);
       k.ragged = ragged;
       k.max_query_len = ragged ? 64 : 1;
       const auto start = std::chrono::steady_clock::now();
@@ -602,13 +582,8 @@ TEST(CudnnSdpaGraph, EveryDeclaredHeadSizeBuildsDenseAndRaggedGraphsOnTheGpu) {
 // through to the runner's start-up, which names the layer and backend), and nothing is cached.
 TEST(CudnnSdpaGraph, AGraphCudnnRefusesIsAnErrorWithCudnnsReasonAndIsNotCached) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph queries it)";
-  CudnnSdpaKey k = one_query_bucket(4, 256, 32);
-  k.head_size = 100;  // cuDNN's SDPA wants a multiple of 8 (and of 16 on most engines)
-  k.q_stride_token = 32 * 100;
-  k.q_stride_head = 100;
-  k.kv_stride_block = 2 * 16 * 8 * 100;
-  k.kv_stride_token = 8 * 100;
-  k.kv_stride_head = 100;
+  // cuDNN's SDPA wants a head size that is a multiple of 8 (and of 16 on most engines).
+  const CudnnSdpaKey k = one_query_bucket(4, 256, 32, /*head_size=*/100);
   try {
     (void)cudnn_sdpa_graph_for(k);
     ADD_FAILURE() << "cuDNN built a graph of head size 100";

@@ -13,6 +13,7 @@
 #include "attnkit/selection/registry.h"
 #include "support/error_field.h"
 #include "support/hand_step.h"
+#include "support/labelled_memory.h"
 #include "support/runner_driver.h"
 
 namespace attnkit::testing {
@@ -185,15 +186,7 @@ TEST(InjectedMemory, TheKVCacheAndTheWorkspacesComeFromTheEnginesResources) {
   EXPECT_EQ(field_of([&] { (void)kv_blocks_for_memory_budget(layers, 100); }), "kv memory budget");
   // Memory that kernels of the platform cannot read is refused at start-up.
   RunnerConfig pinned_as_kv = small_runner_config();
-  class DeviceLabelled final : public MemoryResource {
-   public:
-    MemorySpace space() const override { return MemorySpace::kDevice; }
-    void* allocate(std::size_t) override { return nullptr; }
-    void deallocate(void*) override {}
-    void copy_from_host(void*, const void*, std::size_t) override {}
-    void copy_to_host(void*, const void*, std::size_t) override {}
-    void copy_from_host_async(void*, const void*, std::size_t, Stream) override {}
-  } device_memory;
+  HostMemoryLabelled device_memory(MemorySpace::kDevice);
   pinned_as_kv.kv_memory = &device_memory;
   EXPECT_EQ(field_of([&] { ModelRunner r(layers, pinned_as_kv); }), "kv_memory");
 }

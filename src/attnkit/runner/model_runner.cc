@@ -222,18 +222,16 @@ void ModelRunner::select_backends() {
 // Start-up: each attention layer's impl makes what it would otherwise make at a step (S3: what a
 // kernel library refuses is a reason this layer's backend cannot run here, found before any step).
 void ModelRunner::prepare_impls() {
-  std::vector<StepShape> capture_shapes;
-  for (std::int32_t size : config_.capture_sizes) capture_shapes.push_back(shape_for(1, size));
+  ImplStartup startup;
+  startup.max_num_reqs = config_.max_num_reqs;
+  startup.max_num_tokens = config_.max_num_tokens;
+  for (std::int32_t size : config_.capture_sizes) startup.capture_shapes.push_back(shape_for(1, size));
+  startup.need_lse = config_.need_lse;
   for (const KVGroupState& g : kv_groups_) {
+    startup.block_table_width = g.max_kernel_blocks_per_req;
     for (const AttentionGroup& ag : g.attn_groups) {
       for (LayerId id : ag.layers) {
-        ImplStartup startup;
         startup.kv_cache = views_[index(id)];
-        startup.max_num_reqs = config_.max_num_reqs;
-        startup.max_num_tokens = config_.max_num_tokens;
-        startup.block_table_width = g.max_kernel_blocks_per_req;
-        startup.capture_shapes = capture_shapes;
-        startup.need_lse = config_.need_lse;
         prepare_layer_impl(*impls_[index(id)], startup, layers_[index(id)].name, ag);
       }
     }
