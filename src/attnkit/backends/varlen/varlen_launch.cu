@@ -86,10 +86,12 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   const int chunks = p.head_size / 4;  // float4 chunks of a row; a lane owns chunk lane (+ 32)
   tc::wait_for_prerequisites();
 
+  // The partials are read through L2 only (ld.global.cg): written by the attention grid, read once
+  // here (bench/notes/varlen.md, v27: split decodes 0.5-1 us faster than through L1).
   auto slot_of = [&](int i) { return (first_row + static_cast<std::int64_t>(i) * query_len) * p.num_q_heads + head; };
   const WarpMergedRow merged = warp_merge_partials(
-      count, p.head_size, [&](int i) { return p.partial_lse[slot_of(i)]; },
-      [&](int i, int chunk) { return *reinterpret_cast<const float4*>(p.partial_out + slot_of(i) * p.head_size + 4 * chunk); });
+      count, p.head_size, [&](int i) { return __ldcg(p.partial_lse + slot_of(i)); },
+      [&](int i, int chunk) { return __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot_of(i) * p.head_size) + chunk); });
   float lse = merged.lse;
   float sink_factor = 1.0f;
   if (p.sinks != nullptr) {
