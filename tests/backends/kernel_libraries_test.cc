@@ -532,11 +532,10 @@ TEST(CudnnStartup, EveryCapturedStepRunsAGraphBuiltAtStartUpAndEagerStepsStayWit
   EXPECT_TRUE(std::find(built.begin(), built.end(), CudnnBucket{1, 2, true}) != built.end()) << "the smallest mixed";
 }
 
-// A bucket of `batch` one-query requests over split NHD pages of 16, 32/8 heads of 128 (rows
-// ragged, the key's default; decode-only steps set ragged = false).
+// A bucket of `batch` one-query requests over split NHD pages of 16, 32/8 heads of d (128 unless
+// given; rows ragged, the key's default; decode-only steps set ragged = false).
 CudnnSdpaKey one_query_bucket(std::int64_t batch, std::int64_t num_blocks, std::int64_t table_width,
-                              std::int64_t head_size = 128) {
-  const std::int64_t d = head_size;
+                              std::int64_t d = 128) {
   CudnnSdpaKey k;
   k.batch = batch;
   k.max_query_len = 1;
@@ -583,7 +582,7 @@ TEST(CudnnSdpaGraph, EveryDeclaredHeadSizeBuildsDenseAndRaggedGraphsOnTheGpu) {
 TEST(CudnnSdpaGraph, AGraphCudnnRefusesIsAnErrorWithCudnnsReasonAndIsNotCached) {
   if (!probe_gpu().available()) GTEST_SKIP() << "no CUDA device (building a graph queries it)";
   // cuDNN's SDPA wants a head size that is a multiple of 8 (and of 16 on most engines).
-  const CudnnSdpaKey k = one_query_bucket(4, 256, 32, /*head_size=*/100);
+  const CudnnSdpaKey k = one_query_bucket(4, 256, 32, /*d=*/100);
   try {
     (void)cudnn_sdpa_graph_for(k);
     ADD_FAILURE() << "cuDNN built a graph of head size 100";

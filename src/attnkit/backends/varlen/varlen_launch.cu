@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   tc::wait_for_prerequisites();
 
   // The partials are read through L2 only (ld.global.cg): written by the attention grid, read once
-  // here (bench/notes/varlen.md, v27: split decodes 0.5-1 us faster than through L1).
+  // here (bench/notes/varlen.md, v27: split decodes 0.4-1.0 us faster than through L1).
   auto slot_of = [&](int i) { return (first_row + static_cast<std::int64_t>(i) * query_len) * p.num_q_heads + head; };
   const WarpMergedRow merged = warp_merge_partials(
       count, p.head_size, [&](int i) { return __ldcg(p.partial_lse + slot_of(i)); },
