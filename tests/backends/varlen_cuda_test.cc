@@ -619,11 +619,14 @@ TEST_F(VarlenCuda, LongDecodesAreSplitAndMergedLikeTheGpuReference) {
   sinks.sinks = true;
   std::mt19937 rng(2718);
   const std::vector<LayerSpec> model{layer_spec(c, "layers.0.attn", 1), layer_spec(sinks, "layers.1.attn", 2)};
-  for (const std::vector<Req>& reqs : {std::vector<Req>{{1, 4095}}, std::vector<Req>{{1, 8191}, {1, 8191}}}) {
+  // The longest request is split into more partials than the merge loads at once (16).
+  std::int32_t most_splits = 0;
+  for (const std::vector<Req>& reqs :
+       {std::vector<Req>{{1, 4095}}, std::vector<Req>{{1, 8191}, {1, 8191}}, std::vector<Req>{{1, 32767}}}) {
     Sizes sizes;
     sizes.max_reqs = 4;
     sizes.max_tokens = 64;
-    sizes.max_model_len = 8192;
+    sizes.max_model_len = 32768;
     sizes.capture_sizes = {8};  // the decode rows plus padding fills in one plan
     sizes.blocks = pages_for(reqs, c.page) + 4;
     std::vector<std::unique_ptr<ModelRunner>> varlen;
@@ -633,7 +636,9 @@ TEST_F(VarlenCuda, LongDecodesAreSplitAndMergedLikeTheGpuReference) {
     const VarlenDevicePlan& plan = varlen_plan_of(*varlen.front())->device;
     EXPECT_GT(plan.summary.max_splits, 1) << reqs.size() << " decode(s) of " << reqs[0].computed + 1 << " keys";
     EXPECT_EQ(plan.summary.num_merge_items, static_cast<std::int32_t>(reqs.size()));
+    most_splits = std::max(most_splits, plan.summary.max_splits);
   }
+  EXPECT_GT(most_splits, 16) << "no merge read its partial rows in more than one batch";
 }
 
 // ---- 3. cascade over a shared prefix ----------------------------------------------------------

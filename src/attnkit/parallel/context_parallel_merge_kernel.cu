@@ -17,14 +17,14 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 
 // Per-layer hot-path device code: allocates nothing, never synchronizes.
-template <DType kDType>
+template <DType kDType, int kChunks>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) context_parallel_merge_kernel(const ContextParallelMergeParams p) {
   const std::int64_t unit = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (unit >= static_cast<std::int64_t>(p.rows) * p.heads) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const auto head = static_cast<std::int32_t>(unit % p.heads);
   const std::int64_t in_row = unit * p.head_size;  // rank blocks are [rows, heads, head_size]
-  const WarpMergedRow merged = warp_merge_partials(
+  const WarpMergedRow merged = warp_merge_partials<kChunks>(
       p.ranks, p.head_size,
       [&](int k) {
         return reinterpret_cast<const float*>(p.buffer + static_cast<std::size_t>(k) * p.bytes_per_rank +
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) context_parallel_merge_ke
   const auto row = static_cast<std::int64_t>(unit / p.heads);
   const std::int64_t out_row = row * p.o_stride_token + head * p.o_stride_head;
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const int chunk = lane + 32 * c;
     if (4 * chunk >= p.head_size) break;
     const float4 v = merged.chunk[c];
@@ -56,6 +56,15 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) context_parallel_merge_ke
     store_element<kDType>(p.output, out_row + 4 * chunk + 3, v.w * scale);
   }
   if (p.lse != nullptr && lane == 0) p.lse[row * p.lse_stride_token + head] = lse;
+}
+
+template <DType kDType>
+void launch_for(bool one_chunk, unsigned blocks, cudaStream_t s, const ContextParallelMergeParams& p) {
+  if (one_chunk) {
+    context_parallel_merge_kernel<kDType, 1><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+  } else {
+    context_parallel_merge_kernel<kDType, 2><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+  }
 }
 
 }  // namespace
@@ -70,15 +79,16 @@ LaunchStatus launch_context_parallel_merge(const ContextParallelMergeParams& p, 
   if (units == 0) return {cudaSuccess, kName};
   const auto blocks = static_cast<unsigned>((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const auto s = static_cast<cudaStream_t>(stream);
+  const bool one_chunk = merge_chunks_per_lane(p.head_size) == 1;
   switch (p.dtype) {
     case DType::kFloat16:
-      context_parallel_merge_kernel<DType::kFloat16><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+      launch_for<DType::kFloat16>(one_chunk, blocks, s, p);
       break;
     case DType::kBFloat16:
-      context_parallel_merge_kernel<DType::kBFloat16><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+      launch_for<DType::kBFloat16>(one_chunk, blocks, s, p);
       break;
     case DType::kFloat32:
-      context_parallel_merge_kernel<DType::kFloat32><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+      launch_for<DType::kFloat32>(one_chunk, blocks, s, p);
       break;
     default:
       return {cudaErrorInvalidValue, kName};

@@ -72,7 +72,7 @@ Instantiation find(int head_size, DType q, DType kv) {
 // kernels/common/lse_merge.cuh does the merge (each lane owns 4 consecutive output dims). Launched as
 // a programmatic dependent of the attention kernel: the plan is read before the wait (it was
 // uploaded before that kernel), the partials after it.
-template <DType kQ>
+template <DType kQ, int kChunks>
 __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __grid_constant__ VarlenParams p) {
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   // The partials are read through L2 only (ld.global.cg): written by the attention grid, read once
   // here (bench/notes/varlen.md, v27: split decodes 0.4-1.0 us faster than through L1).
   auto slot_of = [&](int i) { return (first_row + static_cast<std::int64_t>(i) * query_len) * p.num_q_heads + head; };
-  const WarpMergedRow merged = warp_merge_partials(
+  const WarpMergedRow merged = warp_merge_partials<kChunks>(
       count, p.head_size, [&](int i) { return __ldcg(p.partial_lse + slot_of(i)); },
       [&](int i, int chunk) { return __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot_of(i) * p.head_size) + chunk); });
   float lse = merged.lse;
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
   }
   const std::int64_t out_base = item.token * p.rows.o_stride_token + head * p.rows.o_stride_head;
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const int chunk = lane + 32 * c;
     if (chunk >= chunks) break;
     uint2 packed;
@@ -123,8 +123,13 @@ cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = p.programmatic_merge ? 1 : 0;
-  if (p.activation_dtype == DType::kBFloat16) return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16>, p);
-  return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16>, p);
+  const bool one_chunk = merge_chunks_per_lane(p.head_size) == 1;
+  if (p.activation_dtype == DType::kBFloat16) {
+    return one_chunk ? cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, 1>, p)
+                     : cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, 2>, p);
+  }
+  return one_chunk ? cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, 1>, p)
+                   : cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, 2>, p);
 }
 
 // The kernels address within a KV block in 32 bits (the block's own offset is 64-bit): its stride

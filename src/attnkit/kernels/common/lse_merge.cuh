@@ -1,33 +1,52 @@
 // Combining n partial attention results of one query row by their LSEs, one warp per row: the
 // operator behind split-KV, cascade (B4) and context parallelism (D1). Partials are normalized
 // outputs (rows of any element type, read four elements at a time as floats) with their
-// natural-log LSE; an empty partial has LSE -inf and any output, which is never read.
+// natural-log LSE; an empty partial has LSE -inf and any output, which is read but never added.
 #pragma once
 
 #include <cmath>
 
 namespace attnkit::kernels {
 
-// A row of up to 256 dims: lane l owns the float4 chunks l and l + 32.
+// A row of up to 256 dims: lane l owns the float4 chunks l and l + 32 (the second only with
+// kChunks == 2).
 struct WarpMergedRow {
   float4 chunk[2];
   float lse;  // -inf when every partial is empty (then the row is zeros)
 };
 
+// The chunks a lane owns for a head size: the merge kernels' one dispatch on it.
+inline constexpr int merge_chunks_per_lane(int head_size) { return head_size <= 128 ? 1 : 2; }
+
 // `lse_at(i)` gives partial i's LSE and `chunk_at(i, c)` elements 4c .. 4c + 3 of its row as a
-// float4 (split-KV: a 16-byte load of float32 partials; D1: four 16-bit elements). The lanes
-// share the LSEs (a lane per partial, each read once), and the partial rows are read in batches
-// whose loads are all issued before any is used: the merge of a split decode sits on its step's
-// critical path, where one load latency per partial (a loop that waits on each row before it
-// loads the next) cost more than the attention kernel before it (bench/notes/varlen.md, v11).
-// Every lane of the warp must call it.
-template <class LseAt, class ChunkAt>
+// float4 (split-KV: a 16-byte load of float32 partials; D1: four 16-bit elements). kChunks is the
+// float4 chunks a lane owns: 1 for head sizes up to 128, 2 up to 256. The lanes share the LSEs (a
+// lane per partial, each read once), and the first kRowsInFlight partial rows are loaded together
+// with the LSEs, before any weight is known: the merge of a split decode sits on its step's
+// critical path, where each load latency it waits for in turn is paid by the whole call
+// (bench/notes/varlen.md, v11, v28). So every partial row is read, an empty one too (it may hold
+// anything; the slot exists), and only rows of nonzero weight are added. Every lane of the warp
+// must call it.
+template <int kChunks, class LseAt, class ChunkAt>
 __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head_size, LseAt lse_at, ChunkAt chunk_at) {
+  static_assert(kChunks == 1 || kChunks == 2, "a lane owns one or two float4 chunks of a row of <= 256 dims");
   constexpr unsigned kAll = 0xFFFFFFFFu;
-  constexpr int kBatch = 8;  // partial rows in flight together: 16 float4 registers per lane
+  constexpr int kRowsInFlight = 16 / kChunks;  // 16 float4 registers per lane (32 were slower: v28)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int chunks = head_size / 4;
+  float4 rows[kRowsInFlight][kChunks];
+  auto load_rows = [&](int first) {
+#pragma unroll
+    for (int j = 0; j < kRowsInFlight; ++j) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int chunk = lane + 32 * c;
+        rows[j][c] = first + j < count && chunk < chunks ? chunk_at(first + j, chunk) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  };
   const float first_lse = lane < count ? lse_at(lane) : -INFINITY;  // partials 0..31 stay here
+  load_rows(0);
   float max = first_lse;
   for (int i = lane + 32; i < count; i += 32) max = fmaxf(max, lse_at(i));
   for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
@@ -43,34 +62,26 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
   WarpMergedRow out;
   out.lse = sum > 0.0f ? max + logf(sum) : -INFINITY;
   out.chunk[0] = out.chunk[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int base = 0; base < count && out.lse != -INFINITY; base += 32) {
+  if (out.lse == -INFINITY) return out;
+  for (int base = 0; base < count; base += 32) {
     const int mine = base + lane;
     const float l = base == 0 ? first_lse : (mine < count ? lse_at(mine) : -INFINITY);
     const float my_weight = l == -INFINITY ? 0.0f : expf(l - out.lse);
     const int n = count - base < 32 ? count - base : 32;
-    for (int k0 = 0; k0 < n; k0 += kBatch) {
-      float w[kBatch];
-      float4 v[kBatch][2];
+    for (int k0 = 0; k0 < n; k0 += kRowsInFlight) {
+      if (base + k0 > 0) load_rows(base + k0);
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        // Weight 0: an empty partial, which may hold anything and is not read, or past the last
-        // partial (lanes >= n hold weight 0).
-        w[j] = __shfl_sync(kAll, my_weight, k0 + j);
-        const bool live = w[j] != 0.0f;
+      for (int j = 0; j < kRowsInFlight; ++j) {
+        // Weight 0: an empty partial (whatever it holds, NaN included, is not added) or past the
+        // last partial (lanes >= n hold weight 0).
+        const float w = __shfl_sync(kAll, my_weight, (k0 + j) % 32);
+        if (w == 0.0f) continue;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int chunk = lane + 32 * c;
-          v[j][c] = live && chunk < chunks ? chunk_at(base + k0 + j, chunk) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          out.chunk[c].x += w[j] * v[j][c].x;
-          out.chunk[c].y += w[j] * v[j][c].y;
-          out.chunk[c].z += w[j] * v[j][c].z;
-          out.chunk[c].w += w[j] * v[j][c].w;
+        for (int c = 0; c < kChunks; ++c) {
+          out.chunk[c].x += w * rows[j][c].x;
+          out.chunk[c].y += w * rows[j][c].y;
+          out.chunk[c].z += w * rows[j][c].z;
+          out.chunk[c].w += w * rows[j][c].w;
         }
       }
     }
