@@ -59,12 +59,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) context_parallel_merge_ke
 }
 
 template <DType kDType>
-void launch_for(bool one_chunk, unsigned blocks, cudaStream_t s, const ContextParallelMergeParams& p) {
-  if (one_chunk) {
-    context_parallel_merge_kernel<kDType, 1><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
-  } else {
-    context_parallel_merge_kernel<kDType, 2><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
-  }
+void launch_for(unsigned blocks, cudaStream_t s, const ContextParallelMergeParams& p) {
+  with_merge_chunks(p.head_size, [&](auto chunks) {
+    context_parallel_merge_kernel<kDType, chunks()><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(p);
+  });
 }
 
 }  // namespace
@@ -79,16 +77,15 @@ LaunchStatus launch_context_parallel_merge(const ContextParallelMergeParams& p, 
   if (units == 0) return {cudaSuccess, kName};
   const auto blocks = static_cast<unsigned>((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool one_chunk = merge_chunks_per_lane(p.head_size) == 1;
   switch (p.dtype) {
     case DType::kFloat16:
-      launch_for<DType::kFloat16>(one_chunk, blocks, s, p);
+      launch_for<DType::kFloat16>(blocks, s, p);
       break;
     case DType::kBFloat16:
-      launch_for<DType::kBFloat16>(one_chunk, blocks, s, p);
+      launch_for<DType::kBFloat16>(blocks, s, p);
       break;
     case DType::kFloat32:
-      launch_for<DType::kFloat32>(one_chunk, blocks, s, p);
+      launch_for<DType::kFloat32>(blocks, s, p);
       break;
     default:
       return {cudaErrorInvalidValue, kName};

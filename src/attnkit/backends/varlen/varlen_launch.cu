@@ -123,13 +123,12 @@ cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = p.programmatic_merge ? 1 : 0;
-  const bool one_chunk = merge_chunks_per_lane(p.head_size) == 1;
-  if (p.activation_dtype == DType::kBFloat16) {
-    return one_chunk ? cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, 1>, p)
-                     : cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, 2>, p);
-  }
-  return one_chunk ? cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, 1>, p)
-                   : cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, 2>, p);
+  return with_merge_chunks(p.head_size, [&](auto chunks) {
+    if (p.activation_dtype == DType::kBFloat16) {
+      return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, chunks()>, p);
+    }
+    return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, chunks()>, p);
+  });
 }
 
 // The kernels address within a KV block in 32 bits (the block's own offset is 64-bit): its stride

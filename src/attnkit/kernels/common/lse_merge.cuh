@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 namespace attnkit::kernels {
 
@@ -15,8 +16,13 @@ struct WarpMergedRow {
   float lse;  // -inf when every partial is empty (then the row is zeros)
 };
 
-// The chunks a lane owns for a head size: the merge kernels' one dispatch on it.
-inline constexpr int merge_chunks_per_lane(int head_size) { return head_size <= 128 ? 1 : 2; }
+// The merge kernels' one dispatch on the head size: calls `launch` with the float4 chunks a lane
+// owns (std::integral_constant<int, 1> up to 128 dims, 2 up to 256) for the kernel's kChunks.
+template <class Launch>
+decltype(auto) with_merge_chunks(int head_size, Launch&& launch) {
+  if (head_size <= 128) return launch(std::integral_constant<int, 1>{});
+  return launch(std::integral_constant<int, 2>{});
+}
 
 // `lse_at(i)` gives partial i's LSE and `chunk_at(i, c)` elements 4c .. 4c + 3 of its row as a
 // float4 (split-KV: a 16-byte load of float32 partials; D1: four 16-bit elements). kChunks is the
@@ -74,7 +80,7 @@ __device__ __forceinline__ WarpMergedRow warp_merge_partials(int count, int head
       for (int j = 0; j < kRowsInFlight; ++j) {
         // Weight 0: an empty partial (whatever it holds, NaN included, is not added) or past the
         // last partial (lanes >= n hold weight 0).
-        const float w = __shfl_sync(kAll, my_weight, (k0 + j) % 32);
+        const float w = __shfl_sync(kAll, my_weight, k0 + j);
         if (w == 0.0f) continue;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
