@@ -20,7 +20,9 @@
 // H200 of 2026-12-03, so the stamps are coarse and only their medians mean much); per call the
 // bench takes, relative to the last producer CTA's stores, when the consumer may read (the wait
 // returned / every flag seen), when its first LSE arrived, when its rows were merged, when it
-// finished; plus the event time of the pair, hot (back to back) and after a 512 MiB memset flush.
+// finished; plus the event time of the pair, hot (back to back) and after a 512 MiB memset flush,
+// and the hand-off's traffic (the partials stored and read) over its time as a fraction of the
+// copy rate measured in the same process.
 // Every output is checked against the weighted mean of that call's partials (a partial read
 // before its producer stored it holds the previous call's value and fails the check). Medians
 // over the calls. Output: a Markdown table on stdout (bench/notes/varlen.md quotes it).
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "attnkit/kernels/common/lse_merge.cuh"
+#include "attnkit/kernels/common/programmatic_launch.h"
 #include "bench_cuda.h"
 
 namespace {
@@ -71,6 +74,18 @@ __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// A consumer warp's four stamps (lane 0 writes them).
+__device__ __forceinline__ void store_stamps(const Params& p, int head, unsigned long long may_read,
+                                             unsigned long long lse_arrived, unsigned long long rows_arrived,
+                                             unsigned long long done) {
+  if (threadIdx.x % 32 != 0) return;
+  unsigned long long* s = p.consumer_stamps + head * 4;
+  s[0] = may_read;
+  s[1] = lse_arrived;
+  s[2] = rows_arrived;
+  s[3] = done;
 }
 
 __global__ void __launch_bounds__(kThreads) producer(const Params p) {
@@ -139,14 +154,7 @@ __global__ void __launch_bounds__(kThreads) consumer(const Params p) {
   reinterpret_cast<float4*>(p.out + static_cast<std::size_t>(head) * kHeadSize)[lane] =
       make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
   if (p.method == static_cast<int>(Method::kPdlFlags)) asm volatile("griddepcontrol.wait;" ::: "memory");
-  const unsigned long long done = now_ns();
-  if (lane == 0) {
-    unsigned long long* s = p.consumer_stamps + head * 4;
-    s[0] = may_read;
-    s[1] = lse_arrived;
-    s[2] = rows_arrived;
-    s[3] = done;
-  }
+  store_stamps(p, head, may_read, lse_arrived, rows_arrived, now_ns());
 }
 
 // pdl-wait, library merge: the same hand-off, merged by kernels/common/lse_merge.cuh with the
@@ -162,36 +170,19 @@ __global__ void __launch_bounds__(kThreads) library_consumer(const Params p) {
       [&](int i, int chunk) { return __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot_of(i) * p.head_size) + chunk); });
   const unsigned long long rows_arrived = now_ns();
   reinterpret_cast<float4*>(p.out + static_cast<std::size_t>(head) * kHeadSize)[lane] = merged.chunk[0];
-  const unsigned long long done = now_ns();
-  if (lane == 0) {
-    unsigned long long* s = p.consumer_stamps + head * 4;
-    s[0] = may_read;
-    s[1] = rows_arrived;
-    s[2] = rows_arrived;
-    s[3] = done;
-  }
+  store_stamps(p, head, may_read, rows_arrived, rows_arrived, now_ns());
 }
 
 void launch_pair(const Params& p, Method m, cudaStream_t stream) {
   producer<<<kProducerCtas, kThreads, 0, stream>>>(p);
   if (m == Method::kProducerOnly) return;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kConsumerCtas);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = m == Method::kSerial ? 0 : 1;
-  cuda_try(cudaLaunchKernelEx(&config, m == Method::kPdlWaitLibraryMerge ? library_consumer : consumer, p),
+  const attnkit::kernels::ProgrammaticLaunch launch(dim3(kConsumerCtas), dim3(kThreads), stream,
+                                                    m != Method::kSerial);
+  cuda_try(cudaLaunchKernelEx(launch.config(), m == Method::kPdlWaitLibraryMerge ? library_consumer : consumer, p),
            "consumer launch");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+double median(std::vector<double> v) { return v.empty() ? 0.0 : attnkit::bench::stats_of(std::move(v)).median; }
 
 }  // namespace
 
@@ -223,10 +214,16 @@ int main(int argc, char** argv) {
   p.head_size = kHeadSize;
   p.num_heads = kHeads;
 
+  // The card's ceilings in the same process. The hand-off moves the partials twice (stored, then
+  // read): "of copy rate" is that traffic over the time until the merge is done, as a fraction of
+  // the copy rate; no column does matrix math, so the bf16 rate is printed for the record only.
+  const attnkit::bench::Ceilings ceilings = attnkit::bench::measure_ceilings(stream);
+  constexpr double kHandoffBytes = 2.0 * (sizeof(float) * kSplits * kHeads * kHeadSize + sizeof(float) * kSplits * kHeads);
   std::printf("# hand-off of 16 partials x 32 heads (decode 1 x 4096's merge), producer spin %d ns, %d calls\n\n",
               spin_ns, iters);
-  std::printf("| method | flush | event us | may read (us after last producer store) | first LSE | rows | done |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("%s\n", attnkit::bench::ceilings_markdown(ceilings).c_str());
+  std::printf("| method | flush | event us | may read (us after last producer store) | first LSE | rows | done | of copy rate |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   unsigned epoch = 0;
   for (int flushed = 0; flushed < 2; ++flushed) {
     for (Method m : {Method::kProducerOnly, Method::kSerial, Method::kPdlWait, Method::kPdlFlags,
@@ -295,8 +292,11 @@ int main(int argc, char** argv) {
         rows.push_back(rel(worst[2]));
         done.push_back(rel(worst[3]));
       }
-      std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name_of(m), flushed ? "memset" : "none",
-                  median(event_us), median(may_read), median(lse), median(rows), median(done));
+      const double done_us = median(done);
+      char of_copy[32] = "-";
+      if (done_us > 0) std::snprintf(of_copy, sizeof(of_copy), "%.3f", kHandoffBytes / (done_us * 1e-6) / 1e12 / ceilings.copy_tbps);
+      std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", name_of(m), flushed ? "memset" : "none",
+                  median(event_us), median(may_read), median(lse), median(rows), done_us, of_copy);
     }
   }
   return 0;

@@ -10,6 +10,7 @@
 #include "attnkit/backends/varlen/varlen_kernel.h"
 #include "attnkit/kernels/common/lse_merge.cuh"
 #include "attnkit/kernels/common/partial_merge.h"
+#include "attnkit/kernels/common/programmatic_launch.h"
 #include "attnkit/kernels/common/tensor_core.cuh"
 
 namespace attnkit::kernels {
@@ -113,21 +114,15 @@ __global__ void __launch_bounds__(kMergeThreads) varlen_merge_kernel(const __gri
 }
 
 cudaError_t launch_merge(const VarlenParams& p, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.grid_merge_items),
-                        static_cast<unsigned>((p.num_q_heads + kMergeHeadsPerCta - 1) / kMergeHeadsPerCta));
-  config.blockDim = dim3(kMergeThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = p.programmatic_merge ? 1 : 0;
+  const ProgrammaticLaunch launch(
+      dim3(static_cast<unsigned>(p.grid_merge_items),
+           static_cast<unsigned>((p.num_q_heads + kMergeHeadsPerCta - 1) / kMergeHeadsPerCta)),
+      dim3(kMergeThreads), stream, p.programmatic_merge);
   return with_merge_chunks(p.head_size, [&](auto chunks) {
     if (p.activation_dtype == DType::kBFloat16) {
-      return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kBFloat16, chunks()>, p);
+      return cudaLaunchKernelEx(launch.config(), varlen_merge_kernel<DType::kBFloat16, chunks()>, p);
     }
-    return cudaLaunchKernelEx(&config, varlen_merge_kernel<DType::kFloat16, chunks()>, p);
+    return cudaLaunchKernelEx(launch.config(), varlen_merge_kernel<DType::kFloat16, chunks()>, p);
   });
 }
 
