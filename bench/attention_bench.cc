@@ -60,6 +60,7 @@
 #include "attnkit/runner/model_runner.h"
 #include "attnkit/selection/registry.h"
 #include "bench_cuda.h"
+#include "gpu_idle.h"
 
 namespace {
 
@@ -331,6 +332,7 @@ struct Options {
   std::optional<std::string> out_dir;
   bool check = true;
   bool list = false;  // --list: print the selected workloads' sizes as JSON, run nothing
+  double settle_us = 0;  // --settle-us: idle GPU time between each flush and its timed call
 };
 
 attnkit::LayerSpec layer_spec(const Workload& w, std::optional<attnkit::KVLayout> kv_layout) {
@@ -707,11 +709,17 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     }
     return us;
   };
-  res.samples_us = time_each_call([&](int i) { flush.dirty(stream.get(), i); });
+  res.samples_us = time_each_call([&](int i) {
+    flush.dirty(stream.get(), i);
+    enqueue_gpu_idle(stream.get(), opt.settle_us);
+  });
   res.us = stats_of(res.samples_us);
   // The same after the clean flush (L2Flush): what the dirty one adds is write-back traffic that no
   // kernel of the step caused.
-  res.clean_flush_us = stats_of(time_each_call([&](int) { flush.clean(); }));
+  res.clean_flush_us = stats_of(time_each_call([&](int) {
+    flush.clean();
+    enqueue_gpu_idle(stream.get(), opt.settle_us);
+  }));
 
   // Hot: --iters forwards back to back, no flush, one pair of events.
   {
@@ -799,6 +807,7 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   md << "KV layout:         " << (opt.kv_layout ? std::string(attnkit::to_string(*opt.kv_layout)) + " (forced)" : "negotiated")
      << " (per workload in the notes)\n";
   md << "backend:           " << opt.backend << " (explicit)\n";
+  if (opt.settle_us > 0) md << "settle:            " << opt.settle_us << " us of idle GPU after each flush (--settle-us)\n";
   md << "iterations:        " << opt.iters << " timed, " << opt.warmup << " warm-up; check "
      << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
   md << "```\n\n";
@@ -875,6 +884,7 @@ json to_json(const Conditions& cond, const Ceilings& ceil, const Options& opt, c
                  {"paged_kv", true},
                  {"iters", opt.iters},
                  {"warmup", opt.warmup},
+                 {"settle_us", opt.settle_us},
                  {"check", opt.check},
                  {"activation_dtype", std::string(attnkit::to_string(kActivation))},
                  {"l2_flush_bytes", kFlushBytes}};
@@ -967,7 +977,7 @@ std::string usage(const std::vector<Workload>* table) {
   std::string text =
       "usage: attnkit_attention_bench [--workload-file FILE] [--workloads default|all|NAME[,NAME...]]\n"
       "                               [--backend NAME] [--kv-layout LAYOUT] [--iters N] [--warmup N] [--out DIR]\n"
-      "                               [--no-check]\n"
+      "                               [--settle-us N] [--no-check]\n"
       "  --workload-file  the workload definitions (default bench/workloads.json, relative to the working\n"
       "                   directory)\n"
       "  --workloads  default (the file's \"default\": true entries; the default), all (every entry), or\n"
@@ -979,6 +989,9 @@ std::string usage(const std::vector<Workload>* table) {
       "  --iters      timed iterations per workload, >= 1 (default 30)\n"
       "  --warmup     warm-up iterations, >= 0 (default 5)\n"
       "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
+      "  --settle-us  diagnostic: the GPU idles N us after each flush, before the timed call, so what the\n"
+      "               flush left the memory system to do (writing back dirty L2 lines) is done before the\n"
+      "               call instead of during it (default 0: the call follows the flush at once)\n"
       "  --no-check   skip the comparison with GPU_REFERENCE\n"
       "  --list       print the selected workloads with the sizes the rates use (JSON) and exit; no GPU needed\n";
   if (table) {
@@ -1065,6 +1078,8 @@ Options parse_flags(int argc, char** argv, bool& help) {
     } else if (arg == "--list") {
       if (inline_value) throw UsageError("--list takes no value");
       opt.list = true;
+    } else if (arg == "--settle-us") {
+      opt.settle_us = parse_int(arg, value(), 0);
     } else if (arg == "--no-check") {
       if (inline_value) throw UsageError("--no-check takes no value");
       opt.check = false;
