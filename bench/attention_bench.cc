@@ -332,7 +332,7 @@ struct Options {
   std::optional<std::string> out_dir;
   bool check = true;
   bool list = false;  // --list: print the selected workloads' sizes as JSON, run nothing
-  double settle_us = 0;  // --settle-us: idle GPU time between each flush and its timed call
+  int settle_us = 0;  // --settle-us: idle GPU time between each flush and its timed call
 };
 
 attnkit::LayerSpec layer_spec(const Workload& w, std::optional<attnkit::KVLayout> kv_layout) {
@@ -714,8 +714,10 @@ void run_workload(const Workload& w, const Options& opt, const attnkit::GpuProbe
     enqueue_gpu_idle(stream.get(), opt.settle_us);
   });
   res.us = stats_of(res.samples_us);
-  // The same after the clean flush (L2Flush): what the dirty one adds is write-back traffic that no
-  // kernel of the step caused.
+  // The same after the clean flush (L2Flush). At large steps what the dirty one adds is write-back
+  // traffic that no kernel of the step caused; at small ones the clean figure is also lower because
+  // the call follows a read-heavy kernel (with --settle-us between them it is not:
+  // bench/notes/varlen.md, r81).
   res.clean_flush_us = stats_of(time_each_call([&](int) {
     flush.clean();
     enqueue_gpu_idle(stream.get(), opt.settle_us);
@@ -807,7 +809,9 @@ std::string markdown(const Conditions& cond, const Ceilings& ceil, const Options
   md << "KV layout:         " << (opt.kv_layout ? std::string(attnkit::to_string(*opt.kv_layout)) + " (forced)" : "negotiated")
      << " (per workload in the notes)\n";
   md << "backend:           " << opt.backend << " (explicit)\n";
-  if (opt.settle_us > 0) md << "settle:            " << opt.settle_us << " us of idle GPU after each flush (--settle-us)\n";
+  if (opt.settle_us > 0) {
+    md << "settle:            " << opt.settle_us << " us of idle GPU after each flush (--settle-us)\n";
+  }
   md << "iterations:        " << opt.iters << " timed, " << opt.warmup << " warm-up; check "
      << (opt.check ? "against GPU_REFERENCE" : "off (--no-check)") << "\n";
   md << "```\n\n";
@@ -989,9 +993,9 @@ std::string usage(const std::vector<Workload>* table) {
       "  --iters      timed iterations per workload, >= 1 (default 30)\n"
       "  --warmup     warm-up iterations, >= 0 (default 5)\n"
       "  --out        write DIR/attention_bench.json and DIR/attention_bench.md\n"
-      "  --settle-us  diagnostic: the GPU idles N us after each flush, before the timed call, so what the\n"
-      "               flush left the memory system to do (writing back dirty L2 lines) is done before the\n"
-      "               call instead of during it (default 0: the call follows the flush at once)\n"
+      "  --settle-us  diagnostic: the GPU idles N us after each flush, before the timed call, so anything\n"
+      "               the memory system still does after the flush happens before the call, not during it\n"
+      "               (default 0: the call follows the flush at once)\n"
       "  --no-check   skip the comparison with GPU_REFERENCE\n"
       "  --list       print the selected workloads with the sizes the rates use (JSON) and exit; no GPU needed\n";
   if (table) {

@@ -39,6 +39,7 @@
 
 #include "attnkit/kernels/common/lse_merge.cuh"
 #include "attnkit/kernels/common/programmatic_launch.h"
+#include "global_timer.cuh"
 #include "bench_cuda.h"
 
 namespace {
@@ -70,11 +71,7 @@ struct Params {
   int num_heads;  // runtime, as VARLEN's
 };
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+__device__ __forceinline__ unsigned long long now_ns() { return attnkit::bench::global_timer_ns(); }
 
 // A consumer warp's four stamps (lane 0 writes them).
 __device__ __forceinline__ void store_stamps(const Params& p, int head, unsigned long long may_read,
