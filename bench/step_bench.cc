@@ -200,14 +200,16 @@ int pages_needed(const StepShapeDef& w) {
 // the step's arrays in the runner's order. Pages are a fresh random draw from the pool each step,
 // each page owned by one request (no two requests write one page).
 struct Batch {
-  std::vector<std::int32_t> sched_query_lens;
+  std::vector<std::int32_t> sched_ids, sched_query_lens;
   std::vector<std::int32_t> ids, query_lens, computed, rows;
   std::vector<ManagerBlockTable> tables;
+  StepOrder order;  // order_requests' answer for the scheduler's requests
   std::int32_t tokens = 0;
   bool reordered = false;  // order_requests moved requests (decodes before the prefill)
   StepInput input() {
     tables = {ManagerBlockTable{rows, kRowPages}};
     StepInput s;
+    s.order = &order;
     s.request_ids = ids;
     s.query_lens = query_lens;
     s.num_computed_tokens = computed;
@@ -242,7 +244,9 @@ Batch make_batch(const StepShapeDef& w, ModelRunner& runner, int pool_blocks, st
   }
   Batch b;
   b.sched_query_lens = q;
-  const BatchReorder& order = runner.order_requests(q);
+  for (std::size_t r = 0; r < n; ++r) b.sched_ids.push_back(static_cast<std::int32_t>(r));
+  b.order = runner.order_requests(b.sched_ids, q);
+  const StepOrder& order = b.order;
   const auto o = order.order();
   b.reordered = !order.is_identity();
   for (std::size_t i = 0; i < n; ++i) {
@@ -367,19 +371,22 @@ HostPhase host_phase(ModelRunner& runner, std::vector<Batch>& batches, MemoryRes
   CommonMetadataBuilder common_copy(device, mirror, kMaxReqs, kModelLen);
   std::vector<double> t_order, t_prepare, t_common, t_builders;
   HostPhase out;
+  StepOrder order;  // reused: order_requests allocates nothing once it held the largest step
   for (std::size_t i = 1; i < batches.size(); ++i) {
     Batch& b = batches[i];
     const StepInput in = b.input();
     sync();
+    // Untimed: this phase runs no layers, so each step is given up before the next (a flag).
+    runner.abandon_step();
     const auto t0 = Clock::now();
-    const BatchReorder& order = runner.order_requests(b.sched_query_lens);
+    runner.order_requests(b.sched_ids, b.sched_query_lens, order);
     const auto t1 = Clock::now();
     runner.prepare_step(in, stream);
     const auto t2 = Clock::now();
     if (order.order().size() != b.ids.size()) throw std::runtime_error("order_requests: wrong number of requests");
     sync();
     const auto t3 = Clock::now();
-    common_copy.plan(in, runner.shape_for(b.num_reqs(), b.tokens), /*causal=*/true);
+    common_copy.plan(in, runner.shape_for(b.num_reqs(), b.tokens));
     common_copy.enqueue(stream);
     const auto t4 = Clock::now();
     sync();
@@ -388,7 +395,7 @@ HostPhase host_phase(ModelRunner& runner, std::vector<Batch>& batches, MemoryRes
     for (const KVGroupState& g : runner.kv_groups()) {
       for (const AttentionGroup& ag : g.attn_groups) {
         const auto b0 = Clock::now();
-        ag.builder->build(g.common_prefix_len, g.common);
+        ag.builder->build(g.common().shared_prefix_len, g.common());
         ag.builder->enqueue(stream);
         builders += us_since(b0, Clock::now());
         ++out.num_builders;
@@ -582,6 +589,7 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
     bool fused = false;
     for (int i = 1; i <= opt.steps; ++i) {
       Batch& b = batches[static_cast<std::size_t>(i)];
+      runner.abandon_step();  // phase (a) and the layers below run no unified_attention
       runner.prepare_step(b.input(), stream);
       {
         ForwardContextScope scope(runner.forward_context());
@@ -599,6 +607,7 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
           ctx.impl->forward(q, k, v, *ctx.kv_cache, *ctx.metadata, o, TensorView{}, stream);
           ev.record(2 * l + 2, cs);
         }
+        runner.abandon_step();  // the layers ran through their impls, not unified_attention
       }
       CUDA_TRY(cudaStreamSynchronize(cs));
       double su = 0, sr = 0;
@@ -634,6 +643,7 @@ json run_shape(const StepShapeDef& w, const Options& opt, ModelRunner& runner, s
       Batch& b = batches[static_cast<std::size_t>(i)];
       const StepInput in = b.input();
       CUDA_TRY(cudaStreamSynchronize(cs));
+      runner.abandon_step();  // untimed; a no-op after a step whose layers all ran
       const auto t0 = Clock::now();
       se.record(0, cs);
       runner.prepare_step(in, stream);

@@ -181,13 +181,15 @@ void Engine::run(const attnkit::StepInput& step, std::int32_t rows) {
 
 int Engine::step(const std::vector<Scheduled>& sched) {
   const auto n = sched.size();
-  std::vector<std::int32_t> query_lens, qsl{0};  // scheduler order
+  std::vector<std::int32_t> sched_ids, query_lens, qsl{0};  // scheduler order
   for (const Scheduled& r : sched) {
+    sched_ids.push_back(r.id);
     query_lens.push_back(r.query_len);
     qsl.push_back(qsl.back() + r.query_len);
   }
-  // G8: the order the runner needs (decodes first for CSR_PLAN); every array below is built in it.
-  const attnkit::BatchReorder& order = runner_.order_requests(query_lens);
+  // G8: the order the runner needs (decodes first for CSR_PLAN), an owning value; every array below
+  // is built in it, and prepare_step checks the step against it.
+  const attnkit::StepOrder order = runner_.order_requests(sched_ids, query_lens);
   const auto num_groups = runner_.kv_groups().size();
   std::vector<std::int32_t> ids(n), lens(n), computed(n);
   std::vector<std::vector<std::int32_t>> table_rows(num_groups, std::vector<std::int32_t>(n * kRowStride, -1));
@@ -218,6 +220,7 @@ int Engine::step(const std::vector<Scheduled>& sched) {
   std::vector<attnkit::ManagerBlockTable> tables;
   for (const auto& g : table_rows) tables.push_back({g, kRowStride});
   attnkit::StepInput step;
+  step.order = &order;
   step.request_ids = ids;
   step.query_lens = lens;
   step.num_computed_tokens = computed;
@@ -249,7 +252,7 @@ int Engine::step(const std::vector<Scheduled>& sched) {
     // Into the runner's order, then to where kernels read.
     for (auto [src, dst] : {std::pair{&q, &q_[li]}, std::pair{&k, &k_[li]}, std::pair{&v, &v_[li]}}) {
       HostTensor staged(DType::kFloat16, src->dims());
-      order.gather_tokens(src->view(), qsl, staged.view());
+      order.gather_tokens(src->view(), staged.view());
       memory_->copy_from_host(dst->view().data, staged.view().data, staged.bytes());
     }
     q_sched.push_back(std::move(q));
@@ -269,8 +272,8 @@ int Engine::step(const std::vector<Scheduled>& sched) {
     HostTensor lse_run(DType::kFloat32, {rows, kQHeads}), lse(DType::kFloat32, lse_run.dims());
     memory_->copy_to_host(out_run.view().data, out_[li].view().data, out_run.bytes());
     memory_->copy_to_host(lse_run.view().data, lse_[li].view().data, lse_run.bytes());
-    order.restore_tokens(out_run.view(), qsl, out.view());  // back to the scheduler's order
-    order.restore_tokens(lse_run.view(), qsl, lse.view());
+    order.restore_tokens(out_run.view(), out.view());  // back to the scheduler's order
+    order.restore_tokens(lse_run.view(), lse.view());
     bad += check_layer(l, sched, qsl, q_sched[li], out, lse);
   }
   for (const Scheduled& s : sched) requests_[s.id].computed += s.query_len;

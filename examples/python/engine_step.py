@@ -53,7 +53,8 @@ def main(backend=None):
     history = {}      # (request id, layer) -> (K, V) so far, for the brute-force check
     schedule = [[(0, 5), (1, 3)], [(2, 7), (0, 1), (1, 1)], [(0, 1), (1, 1), (2, 1)]]
     for step, sched in enumerate(schedule):
-        order = runner.order_requests([n for _, n in sched])  # G8: the order the runner wants
+        # G8: the order the runner wants, for the scheduler's requests (ids, query lengths)
+        order = runner.order_requests([rid for rid, _ in sched], [n for _, n in sched])
         batch = [sched[i] for i in order]
         for rid, n in batch:
             computed.setdefault(rid, 0)
@@ -64,7 +65,7 @@ def main(backend=None):
         ids = [rid for rid, _ in batch]
         lens = [n for _, n in batch]
         tables = [[blocks[rid][g] for rid in ids] for g in range(len(free))]
-        runner.prepare_step(ids, lens, [computed[rid] for rid in ids], tables)
+        runner.prepare_step(ids, lens, [computed[rid] for rid in ids], tables, order=order)
 
         tokens = sum(lens)
         worst = 0.0
@@ -88,7 +89,7 @@ def main(backend=None):
                     start += n
         for rid, n in batch:
             computed[rid] += n
-        print(f"step {step}: {len(batch)} requests, {tokens} tokens, order {order}, max |out - brute force| {worst:.2e}")
+        print(f"step {step}: {len(batch)} requests, {tokens} tokens, order {list(order)}, max |out - brute force| {worst:.2e}")
         if not worst < 3e-3:
             print("mismatch against the brute-force attention", file=sys.stderr)
             return 1

@@ -24,8 +24,15 @@ void* operator new(std::size_t bytes) {
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
   throw std::bad_alloc();
 }
+// The nothrow forms too (std::stable_sort's temporary buffer takes one): left to the runtime, an
+// AddressSanitizer build allocates them in its own heap and the free() below reports a mismatch.
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(bytes ? bytes : 1);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace attnkit {
 namespace {

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+
+#include "attnkit/metadata/group_block_table.h"
 
 namespace attnkit::testing {
 
@@ -31,6 +34,13 @@ CommonAttentionMetadata PagedBatch::common() const {
   c.kernel_block_size = spec.block_size;
   c.causal = spec.causal;
   c.cpu_lengths_exact = true;
+  // B4: what the runner's group block table would find for these rows (the one rule).
+  std::int32_t min_context = std::numeric_limits<std::int32_t>::max();
+  for (std::int32_t r = 0; r < num_reqs(); ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    min_context = std::min(min_context, seq_lens[i] - (query_start_loc[i + 1] - query_start_loc[i]));
+  }
+  c.shared_prefix_len = shared_prefix_tokens(block_table, row_stride, num_reqs(), min_context, spec.block_size);
   return c;
 }
 

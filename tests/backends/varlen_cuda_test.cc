@@ -374,7 +374,7 @@ Outputs make_outputs(const LayerSpec& l, std::int64_t rows, bool with_lse) {
 // prepare_step, then every layer through ModelRunner::unified_attention on `stream`.
 void run_step(ModelRunner& runner, Step& step, const std::vector<Inputs>& in, const std::vector<Outputs>& out,
               Stream stream) {
-  runner.prepare_step(step.input(), stream);
+  runner.prepare_step(step.input(runner), stream);
   ForwardContextScope scope(runner.forward_context());
   for (std::int32_t l = 0; l < runner.num_layers(); ++l) {
     const Inputs& i = in[static_cast<std::size_t>(l)];
@@ -765,7 +765,7 @@ TEST_F(VarlenCuda, ACapturedStepReplaysOtherBatchesOfItsShapeBitForBitLikeEager)
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   // The capture ran nothing: replay step A itself first.
-  graphed.plan_step(a.input());
+  graphed.plan_step(a.input(graphed));
   CUDA_OK(cudaGraphLaunch(exec, stream_));
   graphed.plan_consumed(stream());
   CUDA_OK(cudaStreamSynchronize(stream_));
@@ -777,7 +777,7 @@ TEST_F(VarlenCuda, ACapturedStepReplaysOtherBatchesOfItsShapeBitForBitLikeEager)
   CUDA_OK(cudaStreamSynchronize(stream_));
   ASSERT_NE(varlen_plan_of(eager), nullptr);
   EXPECT_GT(varlen_plan_of(eager)->device.summary.max_splits, 1) << "step B should split its long decode";
-  graphed.plan_step(b.input());
+  graphed.plan_step(b.input(graphed));
   CUDA_OK(cudaGraphLaunch(exec, stream_));
   graphed.plan_consumed(stream());
   CUDA_OK(cudaStreamSynchronize(stream_));

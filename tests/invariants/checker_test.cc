@@ -70,7 +70,7 @@ class InvariantChecker : public ::testing::Test {
 };
 
 TEST_F(InvariantChecker, ValidStepHasNoViolation) {
-  ASSERT_EQ(runner_.reorder().order()[0], 1);  // the fixture really reorders
+  ASSERT_EQ(driver_.step_order().order()[0], 1);  // the fixture really reorders
   const auto violations = check_invariants(snapshot_);
   EXPECT_TRUE(violations.empty()) << describe(violations);
   // The runner checked both prepare_steps itself (check_invariants) and keeps doing so.

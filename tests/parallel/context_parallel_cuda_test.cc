@@ -153,7 +153,7 @@ RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs
     }
     (void)cudaDeviceSynchronize();  // the uploads (legacy stream) before this stream's work
     // The same rows for both KV groups (full attention and the window's); each has its own blocks.
-    StepInput input = step.input();
+    StepInput input = step.input(runner);
     const std::vector<ManagerBlockTable> tables(runner.kv_groups().size(), step.tables.front());
     input.block_tables = tables;
     runner.prepare_step(input, Stream{stream});
@@ -171,6 +171,9 @@ RunOutputs run(const std::string& backend, const std::vector<StepInputs>& inputs
       std::vector<HostTensor> eager;
       for (const DeviceTensor& o : out) eager.push_back(o.to_host());
       for (DeviceTensor& o : out) o.fill(std::nanf(""));
+      // The same step prepared again (every layer runs once per prepared step), eagerly; the
+      // capture then records the layers alone.
+      runner.prepare_step(input, Stream{stream});
       (void)cudaDeviceSynchronize();
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;

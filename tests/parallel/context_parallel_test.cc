@@ -213,7 +213,7 @@ TEST_P(ContextParallelRun, EveryRankGetsTheOutputOfTheUnsplitRun) {
           mismatches[static_cast<std::size_t>(rank)] += driver.expect_layer_matches(runner.layer_id_at(l));
         }
       }
-      const CommonAttentionMetadata& common = runner.kv_groups()[0].common;
+      const CommonAttentionMetadata& common = runner.kv_groups()[0].common();
       const auto mapped = host_span(common.slot_mapping, "slot_mapping");
       slots[static_cast<std::size_t>(rank)].assign(mapped.begin(), mapped.begin() + common.num_actual_tokens);
     } catch (const std::exception& e) {

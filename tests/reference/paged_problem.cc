@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <limits>
 #include <sstream>
 
 #include "attnkit/backends/reference/reference_backend.h"
 #include "attnkit/backends/reference/reference_metadata.h"
+#include "attnkit/metadata/group_block_table.h"
 #include "support/through_selector.h"
 
 namespace attnkit::testing {
@@ -159,6 +161,13 @@ CommonAttentionMetadata PagedCase::common() const {
   c.block_table = in_host_memory(c.block_table_cpu);
   c.kernel_block_size = spec_.block_size;
   c.causal = spec_.params.attn_type == AttentionType::kDecoder;
+  // B4: what the runner's group block table would find for these rows (the one rule).
+  std::int32_t min_context = std::numeric_limits<std::int32_t>::max();
+  for (std::int32_t r = 0; r < num_reqs; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    min_context = std::min(min_context, seq_lens[i] - (query_start_loc[i + 1] - query_start_loc[i]));
+  }
+  c.shared_prefix_len = shared_prefix_tokens(block_table, row_stride, num_reqs, min_context, spec_.block_size);
   return c;
 }
 

@@ -109,6 +109,36 @@ TEST(BatchRecord, EveryOptionalFieldRoundTrips) {
   EXPECT_TRUE(contains(read_bytes(dir.file("batch.json")), "0.1")) << "floats are written in their shortest form";
 }
 
+// The in-memory reader (tests/fuzz feeds it arbitrary bytes) is the folder reader's twin: the same
+// record from the same bytes, and errors that name the file.
+TEST(BatchRecord, ParsedFromMemoryEqualsLoadedFromItsFolder) {
+  ScratchDir dir;
+  save_batch_record(dir.str(), worked_example(3));
+  std::vector<std::string> asked;
+  const BatchRecord parsed = parse_batch_record(read_bytes(dir.file("batch.json")), [&](const std::string& name) {
+    asked.push_back(name);
+    return read_bytes(dir.file(name));
+  });
+  expect_same_record(load_batch_record(dir.str()), parsed);
+  EXPECT_EQ(asked, (std::vector<std::string>{"k_cache.npy", "v_cache.npy", "q.npy", "k.npy", "v.npy"}));
+
+  const std::string json = read_bytes(dir.file("batch.json"));
+  try {
+    parse_batch_record(json, [&](const std::string& name) {
+      return name == "q.npy" ? std::string("junk") : read_bytes(dir.file(name));
+    });
+    FAIL() << "a q.npy without the magic was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "q.npy:header") << e.what();
+  }
+  try {
+    parse_batch_record("{", [&](const std::string& name) { return read_bytes(dir.file(name)); });
+    FAIL() << "unparseable JSON was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "batch.json") << e.what();
+  }
+}
+
 TEST(BatchRecord, Float16FilesLoadAsExactFloat32Copies) {
   ScratchDir dir;
   const BatchRecord original = worked_example(3);

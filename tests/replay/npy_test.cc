@@ -109,6 +109,16 @@ TEST(Npy, OneAndZeroDimensionalShapes) {
   expect_same_bytes(read, scalar.view());
 }
 
+// No elements, no data bytes: the reader copies nothing (the sanitizer build caught a memcpy into
+// the empty vector's null storage, undefined even for 0 bytes).
+TEST(Npy, ArrayWithoutElementsLoadsEmpty) {
+  const NpyArray empty =
+      parse_npy(npy_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4), }", ""), "empty.npy");
+  EXPECT_EQ(empty.shape, (std::vector<std::int64_t>{0, 4}));
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.data.empty());
+}
+
 TEST(Npy, WriterRejectsOtherDtypes) {
   ScratchDir dir;
   HostTensor bf16(DType::kBFloat16, {2});
@@ -200,6 +210,21 @@ TEST(Npy, RejectsEveryUnsupportedOrMalformedHeaderNamingTheFile) {
     } else {
       EXPECT_NE(message.find(c.in_message), std::string::npos) << c.name << ": " << message;
     }
+  }
+}
+
+TEST(Npy, ParsedFromMemoryEqualsReadFromTheFile) {
+  const std::string bytes =
+      npy_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", float_bytes({1.5f, -2.0f}));
+  const NpyArray parsed = parse_npy(bytes, "in-memory.npy");
+  EXPECT_EQ(parsed.shape, (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(parsed.data.size(), 8u);
+  EXPECT_EQ(std::memcmp(parsed.data.data(), float_bytes({1.5f, -2.0f}).data(), 8), 0);
+  try {
+    parse_npy(bytes.substr(0, bytes.size() - 1), "in-memory.npy");
+    FAIL() << "a truncated array was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "in-memory.npy:data") << e.what();
   }
 }
 

@@ -266,10 +266,10 @@ void CudaGraphBackend::check_replay_like_eager(const std::string& backend, int q
   // captures (a backend may build per-shape state at the first step of a shape, never inside a
   // capture). Then the graphed runner captures step A (and, without the warm-up, replays it).
   fill_inputs(1, eager_io, graph_io);
-  eager.prepare_step(a.input(), stream());
+  eager.prepare_step(a.input(eager), stream());
   run_layers(eager, eager_io, with_lse, stream());
   if (warm_up) {
-    graphed.prepare_step(a.input(), stream());
+    graphed.prepare_step(a.input(graphed), stream());
     run_layers(graphed, graph_io, with_lse, stream());
     EXPECT_EQ(graphed.graph_mode(), GraphMode::kFull);
   }
@@ -277,13 +277,13 @@ void CudaGraphBackend::check_replay_like_eager(const std::string& backend, int q
 
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  graphed.prepare_step(a.input(), stream());  // any synchronizing call in here fails the capture
+  graphed.prepare_step(a.input(graphed), stream());  // any synchronizing call in here fails the capture
   run_layers(graphed, graph_io, with_lse, stream());
   CUDA_OK(cudaStreamEndCapture(stream_, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   if (!warm_up) {
-    graphed.plan_step(a.input());
+    graphed.plan_step(a.input(graphed));
     CUDA_OK(cudaGraphLaunch(exec, stream_));
     graphed.plan_consumed(stream());
     CUDA_OK(cudaStreamSynchronize(stream_));
@@ -299,9 +299,9 @@ void CudaGraphBackend::check_replay_like_eager(const std::string& backend, int q
   // Step B: other requests, lengths and pages, the same padded shape, planned into the same
   // mirrors and run by replaying the graph of step A.
   fill_inputs(2, eager_io, graph_io);
-  eager.prepare_step(b.input(), stream());
+  eager.prepare_step(b.input(eager), stream());
   run_layers(eager, eager_io, with_lse, stream());
-  graphed.plan_step(b.input());
+  graphed.plan_step(b.input(graphed));
   EXPECT_EQ(graphed.graph_mode(), GraphMode::kFull);
   CUDA_OK(cudaGraphLaunch(exec, stream_));
   graphed.plan_consumed(stream());
@@ -337,7 +337,7 @@ TEST_P(CudaGraphBackend, StepsOutsideTheDeclaredLevelArePiecewise) {
   if (caps.cudagraph_support == CudaGraphSupport::kAlways) GTEST_SKIP() << caps.name << " captures every step";
   ModelRunner runner(model(), config_for(std::string(caps.name)));
   Step mixed = make_step({{1, 30}, {5, 0}, {3, 60}});
-  runner.prepare_step(mixed.input(), stream());
+  runner.prepare_step(mixed.input(runner), stream());
   EXPECT_EQ(runner.graph_mode(), GraphMode::kPiecewise);
   CUDA_OK(cudaStreamSynchronize(stream_));
 }

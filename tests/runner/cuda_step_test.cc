@@ -181,18 +181,18 @@ TEST_F(CudaStep, CapturedStepReplaysBitForBitLikeEagerAndPaddingWritesNoLivePage
   Step a = make_step({{6, 0}, {4, 0}, {1, 0}});
   ASSERT_EQ(eager.shape_for(3, a.tokens()).num_tokens_padded, kPaddedTokens);
   fill_inputs(1, eager_io, graph_io);
-  eager.prepare_step(a.input(), stream());
+  eager.prepare_step(a.input(eager), stream());
   run_layers(eager, eager_io, stream());
 
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  graphed.prepare_step(a.input(), stream());  // any synchronizing call in here fails the capture
+  graphed.prepare_step(a.input(graphed), stream());  // any synchronizing call in here fails the capture
   run_layers(graphed, graph_io, stream());
   CUDA_OK(cudaStreamEndCapture(stream_, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   // The capture ran nothing: replay step A itself first.
-  graphed.plan_step(a.input());
+  graphed.plan_step(a.input(graphed));
   CUDA_OK(cudaGraphLaunch(exec, stream_));
   graphed.plan_consumed(stream());
   CUDA_OK(cudaStreamSynchronize(stream_));
@@ -207,11 +207,11 @@ TEST_F(CudaStep, CapturedStepReplaysBitForBitLikeEagerAndPaddingWritesNoLivePage
   Step b = make_step({{2, 6}, {7, 4}});
   ASSERT_EQ(eager.shape_for(2, b.tokens()).num_tokens_padded, kPaddedTokens);
   fill_inputs(2, eager_io, graph_io);
-  eager.prepare_step(b.input(), stream());
+  eager.prepare_step(b.input(eager), stream());
   run_layers(eager, eager_io, stream());
 
   const std::vector<std::byte> cache_before = cache_bytes(graphed, 0);
-  graphed.plan_step(b.input());
+  graphed.plan_step(b.input(graphed));
   CUDA_OK(cudaGraphLaunch(exec, stream_));
   graphed.plan_consumed(stream());
   CUDA_OK(cudaStreamSynchronize(stream_));
@@ -257,14 +257,14 @@ TEST_F(CudaStep, DeviceTruthFromTheEngineDecidesLengthsWhenHostLengthsAreUpperBo
   // Both runners first prefill the contexts, with exact lengths.
   Step prefill = make_step({{17, 0}, {40, 0}});
   fill_inputs(4, exact_io, spec_io);
-  exact.prepare_step(prefill.input(), stream());
+  exact.prepare_step(prefill.input(exact), stream());
   run_layers(exact, exact_io, stream());
-  speculative.prepare_step(prefill.input(), stream());
+  speculative.prepare_step(prefill.input(speculative), stream());
   run_layers(speculative, spec_io, stream());
 
   Step s = make_step({{3, 17}, {2, 40}});
   fill_inputs(3, exact_io, spec_io);
-  exact.prepare_step(s.input(), stream());
+  exact.prepare_step(s.input(exact), stream());
   run_layers(exact, exact_io, stream());
 
   // The host believes every draft was accepted (+5 tokens); the truth lives on the device.
@@ -272,7 +272,7 @@ TEST_F(CudaStep, DeviceTruthFromTheEngineDecidesLengthsWhenHostLengthsAreUpperBo
   for (std::int32_t& c : upper) c += 5;
   DeviceArray<std::int32_t> truth(cuda_device_memory(), s.computed.size());
   cuda_device_memory().copy_from_host(truth.data(), s.computed.data(), s.computed.size() * sizeof(std::int32_t));
-  StepInput in = s.input();
+  StepInput in = s.input(speculative);
   in.num_computed_tokens = upper;
   in.cpu_num_computed_tokens = upper;
   in.device_num_computed_tokens = truth.first(s.computed.size());
@@ -293,7 +293,7 @@ TEST_F(CudaStep, HostTensorsAndForeignLayerIdsAreRefused) {
   ModelRunner other(model(), cuda_config());
   std::vector<LayerBuffers> io = make_buffers();
   Step s = make_step({{3, 0}});
-  runner.prepare_step(s.input(), stream());
+  runner.prepare_step(s.input(runner), stream());
   HostTensor host_q(DType::kBFloat16, {kMaxTokens, kQHeads, kHeadSize});
   ForwardContextScope scope(runner.forward_context());
   try {
@@ -304,6 +304,7 @@ TEST_F(CudaStep, HostTensorsAndForeignLayerIdsAreRefused) {
   }
   EXPECT_THROW(ModelRunner::unified_attention(other.layer_id_at(0), io[0].q, io[0].k, io[0].v, io[0].out, {}, stream()),
                Error);
+  runner.abandon_step();  // no layer ran: the step is given up, so the scope may end
   CUDA_OK(cudaStreamSynchronize(stream_));
 }
 

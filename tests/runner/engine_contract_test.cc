@@ -30,26 +30,74 @@ ModelRunner csr_runner() {
 struct HandBuiltStep : testing::HandStep {
   HandBuiltStep(std::vector<std::int32_t> ids_, std::vector<std::int32_t> query_lens_,
                 std::vector<std::int32_t> computed_, std::vector<std::int32_t> rows_)
-      : HandStep{std::move(ids_), std::move(query_lens_), std::move(computed_), std::move(rows_), 4, {}} {}
+      : HandStep{std::move(ids_), std::move(query_lens_), std::move(computed_), std::move(rows_), 4, {}, {}} {}
 };
 
 TEST(RequestOrder, TheRunnerTellsTheOrderAndRefusesAnyOther) {
   ModelRunner runner = csr_runner();
   // Scheduler order: a prefill (id 7), then a decode (id 8).
-  const std::vector<std::int32_t> query_lens{5, 1};
-  const BatchReorder& order = runner.order_requests(query_lens);
+  const std::vector<std::int32_t> ids{7, 8}, query_lens{5, 1};
+  const StepOrder order = runner.order_requests(ids, query_lens);
   EXPECT_EQ(std::vector<std::int32_t>(order.order().begin(), order.order().end()), (std::vector<std::int32_t>{1, 0}));
 
   HandBuiltStep wrong{{7, 8}, {5, 1}, {0, 20}, {0, 1, 2, 3, 4, 5, 6, 7}};
+  StepInput in = wrong.input(runner);
+  in.order = &order;
   try {
-    runner.prepare_step(wrong.input(), Stream{});
+    runner.prepare_step(in, Stream{});
     FAIL() << "a step in the scheduler's order would pair the decode's Q with the prefill's plan";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "request order");
-    EXPECT_NE(e.value().find("request 1 (id 8, query_len 1)"), std::string::npos) << e.what();
+    EXPECT_NE(e.value().find("request 0 (id 7, query_len 5)"), std::string::npos) << e.what();
   }
   HandBuiltStep right{{8, 7}, {1, 5}, {20, 0}, {4, 5, 6, 7, 0, 1, 2, 3}};
-  EXPECT_NO_THROW(runner.prepare_step(right.input(), Stream{}));
+  StepInput ok = right.input(runner);
+  ok.order = &order;
+  EXPECT_NO_THROW(runner.prepare_step(ok, Stream{}));
+}
+
+// Before: only "decodes first" was checked, so another decode-first permutation passed and the
+// step's rows were paired with the wrong Q/K/V. Now the step must be the order order_requests gave.
+TEST(RequestOrder, AnotherDecodeFirstPermutationIsRefusedAtTheFirstRequestOutOfPlace) {
+  ModelRunner runner = csr_runner();
+  const std::vector<std::int32_t> ids{4, 5, 6}, query_lens{1, 1, 3};
+  const StepOrder order = runner.order_requests(ids, query_lens);
+  HandBuiltStep swapped{{5, 4, 6}, {1, 1, 3}, {20, 20, 0}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  StepInput in = swapped.input(runner);
+  in.order = &order;
+  try {
+    runner.prepare_step(in, Stream{});
+    FAIL() << "a decode-first permutation other than the runner's was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "request order");
+    EXPECT_NE(e.value().find("request 0 (id 5"), std::string::npos) << e.what();
+    EXPECT_NE(e.allowed().find("request id 4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RequestOrder, AStepWithoutItsOrderOrWithAnotherRunnersIsRefused) {
+  ModelRunner runner = csr_runner();
+  ModelRunner other = csr_runner();
+  HandBuiltStep s{{8}, {1}, {20}, {4, 5, 6, 7}};
+  StepInput in = s.input(runner);
+  in.order = nullptr;
+  EXPECT_EQ(field_of([&] { runner.prepare_step(in, Stream{}); }), "order");
+  const std::vector<std::int32_t> ids{8}, lens{1};
+  const StepOrder foreign = other.order_requests(ids, lens);
+  in.order = &foreign;
+  EXPECT_EQ(field_of([&] { runner.prepare_step(in, Stream{}); }), "order");
+}
+
+// A pipelined engine keeps step N's order while it asks for step N+1's: the first is untouched.
+TEST(RequestOrder, TwoOrdersInFlightStayDistinct) {
+  ModelRunner runner = csr_runner();
+  const std::vector<std::int32_t> ids_n{1, 2}, lens_n{4, 1}, ids_next{3, 4}, lens_next{1, 6};
+  const StepOrder step_n = runner.order_requests(ids_n, lens_n);
+  const StepOrder step_next = runner.order_requests(ids_next, lens_next);
+  EXPECT_EQ(std::vector<std::int32_t>(step_n.request_ids().begin(), step_n.request_ids().end()),
+            (std::vector<std::int32_t>{2, 1}));
+  EXPECT_EQ(std::vector<std::int32_t>(step_next.request_ids().begin(), step_next.request_ids().end()),
+            (std::vector<std::int32_t>{3, 4}));
 }
 
 TEST(PageOwnership, TwoRequestsWritingOnePageAreRefusedByPrepareStep) {
@@ -58,7 +106,7 @@ TEST(PageOwnership, TwoRequestsWritingOnePageAreRefusedByPrepareStep) {
   // Both decodes write position 20, i.e. page 1 of their rows, and both rows name block 9 there.
   HandBuiltStep s{{0, 1}, {1, 1}, {20, 20}, {3, 9, 0, 0, 4, 9, 0, 0}};
   try {
-    runner.prepare_step(s.input(), Stream{});
+    runner.prepare_step(s.input(runner), Stream{});
     FAIL() << "two requests would write the same KV page";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "block_tables[0]");
@@ -66,13 +114,13 @@ TEST(PageOwnership, TwoRequestsWritingOnePageAreRefusedByPrepareStep) {
   }
   // Sharing a page both only read (prefix caching) is fine.
   HandBuiltStep shared{{0, 1}, {1, 1}, {20, 20}, {3, 9, 0, 0, 3, 10, 0, 0}};
-  EXPECT_NO_THROW(runner.prepare_step(shared.input(), Stream{}));
+  EXPECT_NO_THROW(runner.prepare_step(shared.input(runner), Stream{}));
 }
 
 TEST(PageOwnership, ABlockOutsideTheGroupIsRefusedWhereTheTableIsProduced) {
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());
   HandBuiltStep s{{0}, {3}, {16}, {2, 64, 0, 0}};  // 64 blocks: block 64 does not exist
-  EXPECT_EQ(field_of([&] { runner.prepare_step(s.input(), Stream{}); }), "block_tables[0] entry of request 0");
+  EXPECT_EQ(field_of([&] { runner.prepare_step(s.input(runner), Stream{}); }), "block_tables[0] entry of request 0");
 }
 
 TEST(StepLimits, ASequenceLongerThanMaxModelLenIsReportedAsSuch) {
@@ -81,7 +129,7 @@ TEST(StepLimits, ASequenceLongerThanMaxModelLenIsReportedAsSuch) {
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, c);
   HandBuiltStep s{{0}, {2}, {63}, {0, 1, 2, 3}};
   try {
-    runner.prepare_step(s.input(), Stream{});
+    runner.prepare_step(s.input(runner), Stream{});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "seq_len of request 0");
@@ -93,7 +141,7 @@ TEST(StepLimits, ASequenceLongerThanMaxModelLenIsReportedAsSuch) {
 TEST(ActivationDtypes, KeyAndValueOfTheWrongDtypeAreRefusedLikeTheQuery) {
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, small_runner_config());  // float16
   HandBuiltStep s{{0}, {3}, {0}, {0, 1, 2, 3}};
-  runner.prepare_step(s.input(), Stream{});
+  runner.prepare_step(s.input(runner), Stream{});
   HostTensor q(DType::kFloat16, {3, 4, 64}), out(DType::kFloat16, {3, 4, 64});
   HostTensor kv_f32(DType::kFloat32, {3, 2, 64});
   q.fill(0.5f);
@@ -104,6 +152,7 @@ TEST(ActivationDtypes, KeyAndValueOfTheWrongDtypeAreRefusedLikeTheQuery) {
                                              {}, Stream{});
             }),
             "key/value dtype");
+  runner.abandon_step();  // the layer never ran: the step is given up, so the scope may end
 }
 
 TEST(LayerIds, AnIdOfAnotherRunnerIsRefused) {

@@ -64,12 +64,11 @@ void expect_expansion(const ModelRunner& runner, const RunnerDriver& driver, int
   const KVGroupState& g = runner.kv_groups()[0];
   ASSERT_EQ(g.geometry.kernel_block_size, kernel);
   const int k = manager / kernel;
-  const CommonAttentionMetadata& c = g.common;
+  const CommonAttentionMetadata& c = g.common();
   EXPECT_EQ(c.kernel_block_size, kernel);
-  const auto order = runner.reorder().order();
   const auto& qsl = c.query_start_loc_cpu;
   for (std::int32_t r = 0; r < c.num_reqs; ++r) {
-    const int id = driver.step_input().request_ids[static_cast<std::size_t>(order[static_cast<std::size_t>(r)])];
+    const int id = driver.step_input().request_ids[static_cast<std::size_t>(r)];  // the step's order
     const auto& blocks = driver.blocks(0, id);
     const int seq_len = host_span(c.seq_lens, "seq_lens")[static_cast<std::size_t>(r)];
     const auto row = c.block_table_cpu.row(r);
@@ -157,9 +156,9 @@ TEST(PlanReuse, SecondGroupWithSameStructureOnlySwapsItsPageTable) {
     for (int gi = 0; gi < 2; ++gi) {
       const auto& md = gi == 0 ? md0 : md1;
       std::vector<std::int32_t> want;
-      for (std::int32_t o : runner.reorder().order()) {
-        const int id = driver.step_input().request_ids[static_cast<std::size_t>(o)];
-        const int seq_len = driver.computed(id) + driver.step_input().query_lens[static_cast<std::size_t>(o)];
+      for (std::size_t r = 0; r < driver.step_input().request_ids.size(); ++r) {  // the step's order
+        const int id = driver.step_input().request_ids[r];
+        const int seq_len = driver.computed(id) + driver.step_input().query_lens[r];
         const auto& blocks = driver.blocks(gi, id);
         want.insert(want.end(), blocks.begin(), blocks.begin() + (seq_len + 15) / 16);
       }
@@ -186,7 +185,7 @@ TEST(PlanReuse, NoReuseBetweenCausalAndBidirectionalGroups) {
   encoder.params.attn_type = AttentionType::kEncoderOnly;
   ModelRunner runner({decoder, encoder}, small_runner_config());
   ASSERT_EQ(runner.kv_groups().size(), 2u);
-  ASSERT_FALSE(runner.kv_groups()[1].causal);
+  ASSERT_FALSE(runner.kv_groups()[1].causal());
   RunnerDriver driver(runner, 42);
   driver.prepare({{0, 10}, {1, 7}});
   EXPECT_FALSE(runner.kv_groups()[1].attn_groups[0].reused_plan);

@@ -123,7 +123,7 @@ TEST(CascadeThroughTheRunner, SharedFirstPagesGiveACommonPrefix) {
   const auto& md = dynamic_cast<const ReferenceMetadata&>(*runner.forward_context().layer(runner.layer_id_at(0)).metadata);
   EXPECT_TRUE(md.use_cascade);
   EXPECT_EQ(md.common_prefix_len, 16);  // request 2 shares only the first page
-  EXPECT_EQ(runner.kv_groups()[0].common_prefix_len, 16);
+  EXPECT_EQ(runner.kv_groups()[0].tables.shared_prefix_len(), 16);
   driver.run_layers();
   driver.expect_all_layers_match();
 
@@ -168,7 +168,8 @@ TEST(StartUpErrors, QueryHeadsNotAMultipleOfKVHeads) {
   } catch (const Error& e) {
     EXPECT_NE(e.field().find("num_q_heads"), std::string::npos) << e.what();
     EXPECT_NE(e.field().find("attn"), std::string::npos) << e.what();
-    EXPECT_EQ(e.value(), "6/4");
+    EXPECT_EQ(e.value(), "6");
+    EXPECT_EQ(e.allowed(), "a positive multiple of num_kv_heads = 4");
   }
 }
 

@@ -75,8 +75,8 @@ TEST(BatchReorder, CsrPlanPutsDecodesFirstAndPermutesEveryArrayAlike) {
   driver.step({{10, 5}, {11, 20}, {12, 17}});
   // [prefill (new), decode, extend, decode]
   driver.prepare({{13, 6}, {10, 1}, {12, 3}, {11, 1}});
-  EXPECT_EQ(to_vector(runner.reorder().order()), (std::vector<std::int32_t>{1, 3, 0, 2}));
-  EXPECT_FALSE(runner.reorder().is_identity());
+  EXPECT_EQ(to_vector(driver.step_order().order()), (std::vector<std::int32_t>{1, 3, 0, 2}));
+  EXPECT_FALSE(driver.step_order().is_identity());
   const CommonAttentionMetadata& c = runner.common();
   EXPECT_EQ(to_vector(runner.common_builder().request_ids()), (std::vector<std::int32_t>{10, 11, 13, 12}));
   EXPECT_EQ(to_vector(runner.common_builder().query_lens()), (std::vector<std::int32_t>{1, 1, 6, 3}));
@@ -88,10 +88,10 @@ TEST(BatchReorder, CsrPlanPutsDecodesFirstAndPermutesEveryArrayAlike) {
   const std::vector<int> ids{10, 11, 13, 12};
   for (std::int32_t r = 0; r < 4; ++r) {
     const auto& blocks = driver.blocks(0, ids[static_cast<std::size_t>(r)]);
-    const auto row = g.common.block_table_cpu.row(r);
+    const auto row = g.common().block_table_cpu.row(r);
     for (std::size_t p = 0; p < blocks.size(); ++p) EXPECT_EQ(row[p], blocks[p]) << "row " << r << " page " << p;
   }
-  driver.run_layers();  // Q/K/V gathered with reorder(), outputs restored with restore_tokens
+  driver.run_layers();  // Q/K/V gathered with the StepOrder, outputs restored with restore_tokens
   driver.expect_all_layers_match();
 }
 
@@ -101,8 +101,8 @@ TEST(BatchReorder, ReferenceHasNoThresholdAndKeepsTheSchedulerOrder) {
   RunnerDriver driver(runner, 62);
   driver.step({{10, 5}, {11, 20}, {12, 17}});
   driver.prepare({{13, 6}, {10, 1}, {12, 3}, {11, 1}});
-  EXPECT_TRUE(runner.reorder().is_identity());
-  EXPECT_EQ(to_vector(runner.reorder().order()), (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(driver.step_order().is_identity());
+  EXPECT_EQ(to_vector(driver.step_order().order()), (std::vector<std::int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(to_vector(runner.common_builder().request_ids()), (std::vector<std::int32_t>{13, 10, 12, 11}));
   driver.run_layers();
   driver.expect_all_layers_match();
@@ -183,9 +183,10 @@ TEST(GraphSupport, PlanStepRefusesAStepTheChainRunsPiecewise) {
   RunnerDriver driver(runner, 84);
   driver.step({{0, 9}, {1, 4}});
   driver.prepare({{0, 1}, {1, 1}});
+  runner.abandon_step();  // the eager plan gives way to the replay's plan of the same step
   EXPECT_NO_THROW(runner.plan_step(driver.step_input())) << "decode-only: a captured step may replay it";
-  driver.run_layers();
-  driver.prepare({{0, 1}, {1, 3}});
+  driver.prepare({{0, 1}, {1, 3}});  // the replay ran every layer: the next step may be prepared
+  runner.abandon_step();
   try {
     runner.plan_step(driver.step_input());
     FAIL() << "a mixed step was planned for the replay of a decode-only graph";

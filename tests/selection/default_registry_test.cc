@@ -114,6 +114,9 @@ TEST(DefaultRegistry, EveryBackendCanBeNamedExplicitlyForAConfigurationItAccepts
     c.block_size = caps.block_sizes.sizes.empty() ? caps.block_sizes.multiple_of : caps.block_sizes.sizes[0];
     c.attn_type = caps.attention_types.at(0);
     c.kv_spec_kind = caps.kv_spec_kinds.at(0);
+    // Query heads per KV head: the first the first variant declares (RECURRENT_STATE's is 1).
+    const std::vector<int>& groups = caps.variants.at(0).group_sizes;
+    if (!groups.empty()) c.num_q_heads = c.num_kv_heads * groups[0];
     if (!caps.platforms.empty()) c.platform = caps.platforms[0] == PlatformKind::kCuda ? Platform::cuda(90, "H200") : Platform::cpu();
     const Selection& s = selector.select(c, b.name());
     EXPECT_EQ(s.backend, &b);

@@ -11,6 +11,7 @@
 #include "attnkit/core/dtype.h"
 #include "attnkit/kv/layout.h"
 #include "attnkit/metadata/step_input.h"
+#include "attnkit/runner/model_runner.h"
 
 namespace attnkit::testing {
 
@@ -18,11 +19,16 @@ struct HandStep {
   std::vector<std::int32_t> ids, query_lens, computed, rows;
   std::int32_t row_stride = 1;
   std::vector<ManagerBlockTable> tables;
+  StepOrder order;
 
-  // The StepInput views this object's arrays: keep it alive while the step is used.
-  StepInput input() {
+  // The StepInput views this object's arrays: keep it alive while the step is used. The requests
+  // are taken as the scheduler's, in the order written: `runner`'s order for them is the step's
+  // order (prepare_step refuses the step when that is not the order written).
+  StepInput input(const ModelRunner& runner) {
+    order = runner.order_requests(ids, query_lens);
     tables = {ManagerBlockTable{rows, row_stride}};
     StepInput s;
+    s.order = &order;
     s.request_ids = ids;
     s.query_lens = query_lens;
     s.num_computed_tokens = computed;

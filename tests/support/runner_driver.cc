@@ -185,7 +185,8 @@ void RunnerDriver::prepare(const std::vector<StepRequest>& requests) {
   }
   // G8: the step goes to the runner in the order it asks for; the record stays in the
   // scheduler's order.
-  const BatchReorder& order = runner_.order_requests(query_lens_);
+  order_ = runner_.order_requests(ids_, query_lens_);
+  const StepOrder& order = order_;
   const auto permuted = [&](const std::vector<std::int32_t>& in, std::vector<std::int32_t>& out) {
     out.resize(in.size());
     order.apply(std::span<const std::int32_t>(in), std::span<std::int32_t>(out));
@@ -206,6 +207,7 @@ void RunnerDriver::prepare(const std::vector<StepRequest>& requests) {
     tables_[gi].data = rows;
   }
   step_ = StepInput{};
+  step_.order = &order_;
   step_.request_ids = step_ids_;
   step_.query_lens = step_query_lens_;
   step_.num_computed_tokens = step_computed_;
@@ -263,8 +265,11 @@ void RunnerDriver::run_recurrent_layer(std::int32_t index, const HostTensor& q) 
 }
 
 void RunnerDriver::run_layers() {
-  const BatchReorder& reorder = runner_.reorder();
+  const StepOrder& reorder = order_;
   const std::int64_t tokens = qsl_.back();
+  // One forward scope around every layer of the step (a scope that ends with layers missing is an
+  // error: their KV of the step would stay unwritten).
+  ForwardContextScope scope(runner_.forward_context());
   for (std::int32_t index = 0; index < runner_.num_layers(); ++index) {
     const LayerId layer_id = runner_.layer_id_at(index);
     const std::size_t id = sz(index);
@@ -295,18 +300,15 @@ void RunnerDriver::run_layers() {
     }
     // The runner's order in, the scheduler's order back.
     HostTensor q_run(p.dtype, q.dims()), k_run(p.dtype, k.dims()), v_run(p.dtype, v.dims());
-    reorder.gather_tokens(q.view(), qsl_, q_run.view());
-    reorder.gather_tokens(k.view(), qsl_, k_run.view());
-    reorder.gather_tokens(v.view(), qsl_, v_run.view());
+    reorder.gather_tokens(q.view(), q_run.view());
+    reorder.gather_tokens(k.view(), k_run.view());
+    reorder.gather_tokens(v.view(), v_run.view());
     HostTensor out_run(p.dtype, q.dims());
     out_run.fill(std::numeric_limits<float>::quiet_NaN());  // unwritten elements must show
-    {
-      ForwardContextScope scope(runner_.forward_context());
-      ModelRunner::unified_attention(layer_id, q_run.view(), k_run.view(), v_run.view(), out_run.view(), {}, Stream{});
-    }
+    ModelRunner::unified_attention(layer_id, q_run.view(), k_run.view(), v_run.view(), out_run.view(), {}, Stream{});
     outputs_[sz(id)] = HostTensor(p.dtype, q.dims());
     outputs_[sz(id)].fill(std::numeric_limits<float>::quiet_NaN());
-    reorder.restore_tokens(out_run.view(), qsl_, outputs_[sz(id)].view());
+    reorder.restore_tokens(out_run.view(), outputs_[sz(id)].view());
   }
   for (std::size_t i = 0; i < requests_.size(); ++i) computed_[ids_[i]] = computed_step_[i] + query_lens_[i];
 }

@@ -67,6 +67,7 @@ class RunnerDriver {
   const std::vector<std::int32_t>& blocks(int group, int request_id) const;
   int computed(int request_id) const;
   const StepInput& step_input() const { return step_; }
+  const StepOrder& step_order() const { return order_; }
   const std::vector<std::int32_t>& original_query_start_loc() const { return qsl_; }
   const HostTensor& output(LayerId id) const {
     return outputs_[static_cast<std::size_t>(runner_.forward_context().index_of(id))];
@@ -96,6 +97,7 @@ class RunnerDriver {
   std::vector<std::int32_t> ids_, query_lens_, computed_step_, cpu_computed_, qsl_;  // scheduler order
   std::vector<std::int32_t> step_ids_, step_query_lens_, step_computed_, step_cpu_computed_;  // runner order
   std::vector<ManagerBlockTable> tables_;
+  StepOrder order_;  // this step's, from order_requests
   StepInput step_;
   std::vector<HostTensor> outputs_;
   std::vector<std::vector<double>> expected_;

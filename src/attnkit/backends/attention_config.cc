@@ -37,6 +37,18 @@ std::string_view to_string(Feature feature) {
   return "?";
 }
 
+std::string describe_attention_types() {
+  std::string out;
+  for (AttentionType t : kAllAttentionTypes) out += (out.empty() ? "" : ", ") + std::string(to_string(t));
+  return out;
+}
+
+std::string describe_all_features() {
+  std::string out;
+  for (Feature f : kAllFeatures) out += (out.empty() ? "" : ", ") + std::string(to_string(f));
+  return out;
+}
+
 std::optional<Feature> parse_feature(std::string_view text) {
   for (Feature f : kAllFeatures) {
     if (text == to_string(f)) return f;

@@ -20,6 +20,8 @@ inline constexpr AttentionType kAllAttentionTypes[] = {AttentionType::kDecoder, 
                                                        AttentionType::kEncoderOnly, AttentionType::kCross};
 std::string_view to_string(AttentionType type);
 std::optional<AttentionType> parse_attention_type(std::string_view text);
+// "decoder, encoder, encoder_only, cross": the one list help texts and errors print.
+std::string describe_attention_types();
 
 // Optional behaviours a layer may need. A backend declares the set it implements.
 enum class Feature : std::uint32_t {
@@ -37,6 +39,9 @@ inline constexpr Feature kAllFeatures[] = {Feature::kSlidingWindow, Feature::kSo
                                            Feature::kContextParallel, Feature::kReturnLse};
 std::string_view to_string(Feature feature);
 std::optional<Feature> parse_feature(std::string_view text);
+// "sliding_window, soft_cap, ...": every feature, the one list the CLI help, the Python binding's
+// errors and the support matrix print (kAllFeatures is the one declaration).
+std::string describe_all_features();
 
 class FeatureSet {
  public:

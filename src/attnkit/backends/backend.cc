@@ -30,25 +30,18 @@ AttentionConfig LayerParams::attention_config() const {
   return config;
 }
 
-void check_layer_params(const BackendCaps& caps, const LayerParams& p, PlatformKind platform) {
-  AttentionConfig config = p.attention_config();
-  config.platform.kind = platform;
-  // A feature the backend does not implement would be silently ignored by its kernels.
-  for (Feature f : kAllFeatures) {
-    ATTNKIT_REQUIRE(!config.features.has(f) || caps.features.has(f), std::string(to_string(f)), "set",
-                    caps.features.describe(), std::string(caps.name) + " does not implement it");
-  }
-  for (const CombinationRule& rule : caps.combination_rules) {
-    ATTNKIT_REQUIRE(!rule.violated(config), std::string(rule.parameters), "both set", "at most one of them",
-                    std::string(caps.name) + ": " + std::string(rule.explanation));
-  }
-  ATTNKIT_REQUIRE(p.alibi_slopes.empty() || static_cast<int>(p.alibi_slopes.size()) == p.num_q_heads,
-                  "alibi_slopes size", std::to_string(p.alibi_slopes.size()), "0 or num_q_heads");
-  ATTNKIT_REQUIRE(p.sinks.empty() || static_cast<int>(p.sinks.size()) == p.num_q_heads, "sinks size",
-                  std::to_string(p.sinks.size()), "0 or num_q_heads");
-  ATTNKIT_REQUIRE(!p.sliding_window || *p.sliding_window > 0, "sliding_window",
-                  std::to_string(p.sliding_window.value_or(0)), "> 0");
-  ATTNKIT_REQUIRE(!p.soft_cap || *p.soft_cap > 0.0f, "soft_cap", std::to_string(p.soft_cap.value_or(0)), "> 0");
+void require_step_rows(const TensorView& t, const char* name, std::int64_t num_tokens_padded) {
+  ATTNKIT_REQUIRE(t.data != nullptr && t.ndim >= 1 && t.dim(0) >= num_tokens_padded, std::string(name) + " rows",
+                  t.data == nullptr ? "no data" : t.shape_string(),
+                  ">= num_tokens_padded " + std::to_string(num_tokens_padded) +
+                      " (the step's tokens, then its capture padding; further rows are ignored)");
+}
+
+void require_shared_prefix(const CommonAttentionMetadata& common, std::int32_t prefix_len) {
+  ATTNKIT_REQUIRE(prefix_len >= 0 && prefix_len <= common.shared_prefix_len, "common_prefix_len",
+                  std::to_string(prefix_len),
+                  "[0, " + std::to_string(common.shared_prefix_len) + "] (the step's shared prefix)",
+                  "the block table rows differ inside the prefix, or it is not context of every request");
 }
 
 HostLayerIO host_layer_io(const TensorView& query, const TensorView& output, const TensorView& lse,

@@ -47,12 +47,21 @@ struct LayerParams {
   AttentionConfig attention_config() const;
 };
 
-// Impl constructors call this: the backend's combination rules (the same functions the selector
-// runs, so an impl never accepts what the selector refuses) and the shape of the optional
-// parameters (sinks / ALiBi sizes, positive window and soft-cap). Throws attnkit::Error.
-// `platform` is where the impl runs: a rule may concern one platform's kernels only.
-void check_layer_params(const BackendCaps& caps, const LayerParams& params,
-                        PlatformKind platform = PlatformKind::kCpu);
+// Whether a backend runs a layer (its caps, its variant's sets, the well-formedness of the
+// parameters) is decided by backends/coverage.h: every make_impl calls require_layer_supported.
+
+// The one rule for the rows of a layer call's tensors (Q, K, V, output, and the LSE when given):
+// the step's tokens in the runner's order, then the padding of its capture shape (none without
+// capture sizes), so at least `num_tokens_padded` rows; rows past it are neither read nor
+// written. ModelRunner::unified_attention and every impl's forward apply it. Throws Error naming
+// the tensor. O(1).
+void require_step_rows(const TensorView& t, const char* name, std::int64_t num_tokens_padded);
+
+// B4: a builder's cascade reads its first `prefix_len` tokens once for every request, so they must lie
+// within the step's shared prefix that the group's block table found (common.shared_prefix_len,
+// metadata/group_block_table.h): builders read that answer instead of scanning the rows again.
+// Throws Error (field "common_prefix_len"). O(1).
+void require_shared_prefix(const CommonAttentionMetadata& common, std::int32_t prefix_len);
 
 // KernelVariant (the handle an impl dispatches on) and VariantCaps live in capabilities.h, beside
 // the declaration that lists a backend's variants.

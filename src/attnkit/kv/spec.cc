@@ -33,4 +33,17 @@ std::string KVCacheSpec::describe() const {
   return out;
 }
 
+std::optional<KVSpecKind> parse_kv_spec_kind(std::string_view text) {
+  for (KVSpecKind k : kAllKVSpecKinds) {
+    if (text == to_string(k)) return k;
+  }
+  return std::nullopt;
+}
+
+std::string describe_kv_spec_kinds() {
+  std::string out;
+  for (KVSpecKind k : kAllKVSpecKinds) out += (out.empty() ? "" : ", ") + std::string(to_string(k));
+  return out;
+}
+
 }  // namespace attnkit

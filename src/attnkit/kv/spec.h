@@ -16,7 +16,12 @@ enum class KVSpecKind : std::uint8_t {
   kSlidingWindow,
   kRecurrentState,  // a fixed-size state per request (hybrid models' linear/recurrent layers)
 };
+inline constexpr KVSpecKind kAllKVSpecKinds[] = {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow,
+                                                  KVSpecKind::kRecurrentState};
 std::string_view to_string(KVSpecKind kind);
+std::optional<KVSpecKind> parse_kv_spec_kind(std::string_view text);
+// "full_attention, sliding_window, recurrent_state": the one list help texts and errors print.
+std::string describe_kv_spec_kinds();
 
 struct KVCacheSpec {
   KVSpecKind kind = KVSpecKind::kFullAttention;

@@ -36,6 +36,13 @@ struct CommonAttentionMetadata {
   std::int32_t max_query_len = 0;
   std::int32_t max_seq_len = 0;  // an upper bound when the CPU lengths are
   std::int32_t kernel_block_size = 0;
+  // B4: tokens at the start of every request that all requests hold in the same pages (whole
+  // manager blocks inside every context), found once per step by the group's block table
+  // (metadata/group_block_table.h); 0 when no backend of the run cascades. A cascade builder reads
+  // it: a prefix it attends once must be at most this long.
+  std::int32_t shared_prefix_len = 0;
+  // The group's layers attend causally (decoder) or bidirectionally; set once per group from the
+  // layers' attention types (GroupBlockTableConfig::causal), never per step.
   bool causal = true;
   bool cpu_lengths_exact = true;
   // D1: this rank's share of the KV. Lengths, positions and masks above are global; the block

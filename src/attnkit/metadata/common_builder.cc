@@ -36,8 +36,7 @@ CommonMetadataBuilder::CommonMetadataBuilder(MemoryResource& device, MemoryResou
   query_start_loc_region_ = workspace_.region<std::int32_t>(qsl_offset, static_cast<std::size_t>(max_num_reqs) + 1);
 }
 
-const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step, const StepShape& shape,
-                                                           bool causal) {
+const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step, const StepShape& shape) {
   const std::int32_t n = step.num_reqs();
   ATTNKIT_REQUIRE(n <= max_num_reqs_, "num_reqs", std::to_string(n), "<= max_num_reqs " + std::to_string(max_num_reqs_));
   ATTNKIT_REQUIRE(shape.num_reqs == n && shape.num_reqs_padded >= n && shape.num_reqs_padded <= max_num_reqs_,
@@ -66,8 +65,10 @@ const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step
     ATTNKIT_REQUIRE(q >= 1, "query_lens[" + std::to_string(i) + "]", std::to_string(q), ">= 1");
     ATTNKIT_REQUIRE(computed >= 0 && cpu >= computed, "num_computed_tokens[" + std::to_string(i) + "]",
                     std::to_string(computed), ">= 0 and <= the host's upper bound " + std::to_string(cpu));
-    ATTNKIT_REQUIRE(cpu + q <= max_model_len_, "seq_len of request " + std::to_string(i),
-                    std::to_string(cpu + q), "<= max_model_len " + std::to_string(max_model_len_),
+    // In 64 bits: both may be near INT32_MAX on bad input (tests/fuzz found the overflow).
+    const std::int64_t seq_len = static_cast<std::int64_t>(cpu) + q;
+    ATTNKIT_REQUIRE(seq_len <= max_model_len_, "seq_len of request " + std::to_string(i),
+                    std::to_string(seq_len), "<= max_model_len " + std::to_string(max_model_len_),
                     "num_computed_tokens + query_len is longer than the runner was started for");
     query_lens_[i] = q;
     request_ids_[i] = step.request_ids[i];
@@ -113,7 +114,7 @@ const CommonAttentionMetadata& CommonMetadataBuilder::plan(const StepInput& step
   common_.block_table_cpu = {};
   common_.slot_mapping = {};
   common_.kernel_block_size = 0;
-  common_.causal = causal;
+  common_.shared_prefix_len = 0;
   common_.cpu_lengths_exact = exact;
   return common_;
 }

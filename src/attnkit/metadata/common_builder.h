@@ -33,8 +33,9 @@ class CommonMetadataBuilder {
 
   // Per step, host part (hot path, allocation-free): validates the step's lengths, fills the CPU
   // arrays and writes the device inputs into the pinned mirror. On the CPU platform the device
-  // truth is computed here too. Returns the template (block table / slot mapping empty).
-  const CommonAttentionMetadata& plan(const StepInput& step, const StepShape& shape, bool causal);
+  // truth is computed here too. Returns the template (block table, slot mapping and causality are
+  // each group's: GroupBlockTable::plan fills them).
+  const CommonAttentionMetadata& plan(const StepInput& step, const StepShape& shape);
   // Per step, device part: one asynchronous upload of the mirror, then the device sequence
   // lengths (a small kernel), on `stream`. Nothing on the CPU platform.
   void enqueue(Stream stream) const;

@@ -38,6 +38,9 @@ class AttentionMetadata {
   // The backend whose builder made this; impls check it before a downcast (V1).
   const BackendCaps& owner() const { return *owner_; }
   virtual void visit(FieldVisitor& visitor) const = 0;
+  // B4: keys this step's plan attends once for every request (a cascade over the shared prefix),
+  // 0 when it does not cascade. Reports and engines read it; kernels read their own fields.
+  virtual std::int32_t cascade_prefix_len() const { return 0; }
 
  private:
   const BackendCaps* owner_;

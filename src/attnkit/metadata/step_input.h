@@ -5,6 +5,7 @@
 #include <span>
 
 #include "attnkit/core/memory_space.h"
+#include "attnkit/metadata/reorder.h"
 
 namespace attnkit {
 
@@ -19,10 +20,14 @@ struct ManagerBlockTable {
   }
 };
 
-// Requests in the order the runner asked for (G8: ModelRunner::order_requests(); prepare_step
-// refuses any other order), so Q/K/V, the output and every per-request array the engine builds are
-// already in the kernels' order. seq_len of a request is num_computed_tokens + query_len.
+// Requests in the order the runner asked for (G8: ModelRunner::order_requests() returns it as a
+// StepOrder; prepare_step refuses any other order), so Q/K/V, the output and every per-request
+// array the engine builds are already in the kernels' order. seq_len of a request is
+// num_computed_tokens + query_len.
 struct StepInput {
+  // The order this step was built in, as order_requests() returned it for the scheduler's requests
+  // (required): request_ids and query_lens must equal its request_ids() and query_lens().
+  const StepOrder* order = nullptr;
   std::span<const std::int32_t> request_ids;          // the caller's row identity (sampling state)
   std::span<const std::int32_t> query_lens;           // new tokens this step
   std::span<const std::int32_t> num_computed_tokens;  // context already in the cache (the truth)

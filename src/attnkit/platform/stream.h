@@ -37,4 +37,59 @@ class StreamEvent {
   bool recorded_ = false;
 };
 
+// A stream of the caller's own (CUDA: non-blocking, so the legacy stream never orders it; captures
+// need a stream other than the legacy one). Empty on the CPU platform or without CUDA: its handle
+// is then the legacy stream's, which the CPU platform ignores. Start-up only.
+class OwnedStream {
+ public:
+  OwnedStream() = default;
+  // A new CUDA stream when `cuda`; an empty one otherwise.
+  explicit OwnedStream(bool cuda);
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  OwnedStream(OwnedStream&& other) noexcept;
+  OwnedStream& operator=(OwnedStream&& other) noexcept;
+  Stream get() const { return Stream{handle_}; }
+
+ private:
+  void* handle_ = nullptr;
+};
+
+// C3: one CUDA graph of the work enqueued on a stream between begin_capture and end_capture (the
+// whole step of a model: uploads, kernels, every layer), replayed with launch. Throws Error on any
+// CUDA failure; a capture that throws is ended and discarded. Without CUDA every call throws.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  CapturedGraph(CapturedGraph&& other) noexcept;
+  CapturedGraph& operator=(CapturedGraph&& other) noexcept;
+
+  // Captures what `record` enqueues on `stream` (global capture mode) and instantiates it.
+  template <class Record>
+  void capture(Stream stream, Record&& record) {
+    begin(stream);
+    try {
+      record();
+    } catch (...) {
+      abort_capture(stream);
+      throw;
+    }
+    end(stream);
+  }
+  // Per step (hot path): one launch on `stream`.
+  void launch(Stream stream) const;
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  void begin(Stream stream);
+  void end(Stream stream);
+  static void abort_capture(Stream stream);
+  void release();
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 }  // namespace attnkit

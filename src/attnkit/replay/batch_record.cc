@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <string_view>
 #include <unordered_map>
@@ -369,13 +371,14 @@ void validate_batch_record(const BatchRecord& record) {
   validate_finite(record);
 }
 
-BatchRecord load_batch_record(const std::string& dir) {
-  const std::string json_path = file_in(dir, "batch.json");
-  std::ifstream in(json_path);
-  if (!in) throw Error("batch.json", "missing", "a readable file", json_path + " cannot be opened");
+namespace {
+
+// Both loaders: batch.json's text, then each .npy file through `read` (by file name), in the order
+// that lets every error name the first thing wrong.
+BatchRecord parse_record(std::string_view batch_json, const std::function<NpyArray(const char* name)>& read) {
   Json root;
   try {
-    root = Json::parse(in);
+    root = Json::parse(batch_json);
   } catch (const Json::exception& e) {
     throw Error("batch.json", "unparseable", "a JSON object", e.what());
   }
@@ -384,22 +387,37 @@ BatchRecord load_batch_record(const std::string& dir) {
   validate_requests(record);
 
   // Shapes are checked on the raw arrays, before any conversion, so the error shows the file's shape.
-  NpyArray k_cache = read_record_npy(dir, "k_cache.npy");
-  NpyArray v_cache = read_record_npy(dir, "v_cache.npy");
+  NpyArray k_cache = read("k_cache.npy");
+  NpyArray v_cache = read("v_cache.npy");
   validate_cache_shapes(record, k_cache.shape, v_cache.shape);
   record.k_cache = to_host_tensor(k_cache, DType::kFloat32, "k_cache.npy");
   record.v_cache = to_host_tensor(v_cache, DType::kFloat32, "v_cache.npy");
   validate_block_ids(record);
 
-  NpyArray q = read_record_npy(dir, "q.npy");
-  NpyArray k = read_record_npy(dir, "k.npy");
-  NpyArray v = read_record_npy(dir, "v.npy");
+  NpyArray q = read("q.npy");
+  NpyArray k = read("k.npy");
+  NpyArray v = read("v.npy");
   validate_token_shapes(record, q.shape, k.shape, v.shape);
   record.q = to_host_tensor(q, DType::kFloat32, "q.npy");
   record.k = to_host_tensor(k, DType::kFloat32, "k.npy");
   record.v = to_host_tensor(v, DType::kFloat32, "v.npy");
   validate_finite(record);
   return record;
+}
+
+}  // namespace
+
+BatchRecord load_batch_record(const std::string& dir) {
+  const std::string json_path = file_in(dir, "batch.json");
+  std::ifstream in(json_path, std::ios::binary);
+  if (!in) throw Error("batch.json", "missing", "a readable file", json_path + " cannot be opened");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_record(text, [&](const char* name) { return read_record_npy(dir, name); });
+}
+
+BatchRecord parse_batch_record(std::string_view batch_json,
+                               const std::function<std::string(const std::string& name)>& npy_file) {
+  return parse_record(batch_json, [&](const char* name) { return parse_npy(npy_file(name), name); });
 }
 
 void save_batch_record(const std::string& dir, const BatchRecord& record) {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/core/dtype.h"
@@ -49,6 +51,12 @@ struct BatchRecord {
 // Reads and validates `dir`/batch.json and the five .npy files. Throws attnkit::Error naming the
 // field (e.g. "requests[2].seq_len" or "q.npy"), the value and the allowed set.
 BatchRecord load_batch_record(const std::string& dir);
+
+// The same from memory: `batch_json` is batch.json's text and `npy_file(name)` returns the bytes of
+// the record's file `name` (q.npy, k.npy, v.npy, k_cache.npy, v_cache.npy); the same checks, with
+// the file names alone in errors. For records held in memory (tests/fuzz feeds it arbitrary bytes).
+BatchRecord parse_batch_record(std::string_view batch_json,
+                               const std::function<std::string(const std::string& name)>& npy_file);
 
 // Validates `record` (the same checks as loading), creates `dir` if needed, and writes
 // batch.json plus float32 .npy files.

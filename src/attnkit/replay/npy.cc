@@ -152,7 +152,7 @@ class HeaderParser {
   std::size_t pos_ = 0;
 };
 
-std::uint32_t read_le(const std::string& bytes, std::size_t offset, std::size_t width) {
+std::uint32_t read_le(std::string_view bytes, std::size_t offset, std::size_t width) {
   std::uint32_t v = 0;
   for (std::size_t i = 0; i < width; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[offset + i])) << (8 * i);
   return v;
@@ -178,8 +178,9 @@ std::int64_t NpyArray::numel() const {
   return n;
 }
 
-NpyArray read_npy(const std::string& path) {
-  const std::string bytes = read_file(path);
+NpyArray read_npy(const std::string& path) { return parse_npy(read_file(path), path); }
+
+NpyArray parse_npy(std::string_view bytes, const std::string& path) {
   if (bytes.size() < kPreambleV1 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0)
     fail(path, "header", "missing magic", "a file starting with \\x93NUMPY", "not a .npy file");
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -234,24 +235,22 @@ NpyArray read_npy(const std::string& path) {
          std::string(actual < expected ? "file truncated" : "trailing bytes after the array") + ": shape " +
              shape_to_string(array.shape) + " of " + std::string(to_string(array.dtype)));
   array.data.resize(expected);
-  std::memcpy(array.data.data(), bytes.data() + preamble + header_len, expected);
+  // An empty array's vector has no storage, and memcpy from or to a null pointer is undefined even
+  // for 0 bytes (UBSan, tests/fuzz).
+  if (expected > 0) std::memcpy(array.data.data(), bytes.data() + preamble + header_len, expected);
   return array;
 }
 
 // --- writing -----------------------------------------------------------------------------------
 
-void write_npy(const std::string& path, const TensorView& tensor) {
-  ATTNKIT_REQUIRE(tensor.dtype == DType::kFloat32 || tensor.dtype == DType::kFloat16, path + ":descr",
-          std::string(to_string(tensor.dtype)), "float32, float16");
-  ATTNKIT_REQUIRE(tensor.ndim >= 0 && tensor.ndim <= kMaxDims, path + ":shape", std::to_string(tensor.ndim) + " dims",
-          "0 to " + std::to_string(kMaxDims) + " dims");
-  ATTNKIT_REQUIRE(tensor.numel() == 0 || tensor.data != nullptr, path + ":data", "null", "a tensor with storage");
-
-  std::string shape = "(";
-  for (int i = 0; i < tensor.ndim; ++i) shape += (i ? ", " : "") + std::to_string(tensor.dim(i));
-  shape += tensor.ndim == 1 ? ",)" : ")";  // Python spells a 1-tuple "(n,)"
-  std::string header = std::string("{'descr': '") + (tensor.dtype == DType::kFloat32 ? "<f4" : "<f2") +
-                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+std::string npy_preamble(DType dtype, const std::vector<std::int64_t>& shape) {
+  ATTNKIT_REQUIRE(dtype == DType::kFloat32 || dtype == DType::kFloat16, "npy descr", std::string(to_string(dtype)),
+                  "float32, float16");
+  std::string dims = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  dims += shape.size() == 1 ? ",)" : ")";  // Python spells a 1-tuple "(n,)"
+  std::string header = std::string("{'descr': '") + (dtype == DType::kFloat32 ? "<f4" : "<f2") +
+                       "', 'fortran_order': False, 'shape': " + dims + ", }";
   // Pad with spaces and end with '\n' so the data starts on a 64-byte boundary, as NumPy does.
   const bool v1 = kPreambleV1 + header.size() + 1 <= 65535;
   const std::size_t preamble = v1 ? kPreambleV1 : kPreambleV2;
@@ -263,6 +262,19 @@ void write_npy(const std::string& path, const TensorView& tensor) {
   out += '\0';
   for (std::size_t i = 0; i < (v1 ? 2u : 4u); ++i) out += static_cast<char>((header.size() >> (8 * i)) & 0xff);
   out += header;
+  return out;
+}
+
+void write_npy(const std::string& path, const TensorView& tensor) {
+  ATTNKIT_REQUIRE(tensor.dtype == DType::kFloat32 || tensor.dtype == DType::kFloat16, path + ":descr",
+          std::string(to_string(tensor.dtype)), "float32, float16");
+  ATTNKIT_REQUIRE(tensor.ndim >= 0 && tensor.ndim <= kMaxDims, path + ":shape", std::to_string(tensor.ndim) + " dims",
+          "0 to " + std::to_string(kMaxDims) + " dims");
+  ATTNKIT_REQUIRE(tensor.numel() == 0 || tensor.data != nullptr, path + ":data", "null", "a tensor with storage");
+
+  std::vector<std::int64_t> shape;
+  for (int i = 0; i < tensor.ndim; ++i) shape.push_back(tensor.dim(i));
+  std::string out = npy_preamble(tensor.dtype, shape);
 
   // Element by element through the strides: views may be slices or permutations.
   const std::size_t elem = size_of(tensor.dtype);

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/core/dtype.h"
@@ -25,9 +26,15 @@ struct NpyArray {
 // Reads format versions 1.0, 2.0 and 3.0. Errors name the file in field() as "<path>:<part>",
 // part one of header, descr, fortran_order, shape, data.
 NpyArray read_npy(const std::string& path);
+// The same checks on a file's bytes in memory; `name` stands for the path in errors.
+NpyArray parse_npy(std::string_view bytes, const std::string& name);
 
 // Writes `tensor` (float32 or float16, any strides) as a C-order .npy of the same dtype.
 void write_npy(const std::string& path, const TensorView& tensor);
+// The bytes a C-order .npy of `dtype` (float32 or float16) and `shape` starts with: magic, version,
+// header length and the header, padded so that the data starts on a 64-byte boundary. For writers
+// that stream the data themselves (attnkit generate --output-logits).
+std::string npy_preamble(DType dtype, const std::vector<std::int64_t>& shape);
 
 // A contiguous host copy of `array` converted to `dtype` (at most kMaxDims dims). `name` is
 // used in errors (e.g. the file name).

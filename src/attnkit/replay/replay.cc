@@ -187,18 +187,15 @@ ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options
   }
 
   // G8: the step in the runner's order (decodes first where the backend asks for it).
-  std::vector<std::int32_t> record_qlens;
-  std::vector<std::int32_t> qsl{0};
-  for (const auto& q : record.requests) {
-    record_qlens.push_back(q.query_len);
-    qsl.push_back(qsl.back() + q.query_len);
+  std::vector<std::int32_t> record_ids, record_qlens;
+  for (std::size_t r = 0; r < record.requests.size(); ++r) {
+    record_ids.push_back(static_cast<std::int32_t>(r));
+    record_qlens.push_back(record.requests[r].query_len);
   }
-  const BatchReorder& reorder = runner.order_requests(record_qlens);
-  std::vector<std::int32_t> ids, qlens, computed, rows;
+  const StepOrder reorder = runner.order_requests(record_ids, record_qlens);
+  std::vector<std::int32_t> computed, rows;
   for (std::int32_t r : reorder.order()) {
     const auto& q = record.requests[static_cast<std::size_t>(r)];
-    ids.push_back(r);
-    qlens.push_back(q.query_len);
     computed.push_back(q.seq_len - q.query_len);
     std::vector<std::int32_t> row(static_cast<std::size_t>(max_row), 0);
     std::copy(q.blocks.begin(), q.blocks.end(), row.begin());
@@ -206,8 +203,9 @@ ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options
   }
   const ManagerBlockTable table{rows, max_row};
   StepInput step;
-  step.request_ids = ids;
-  step.query_lens = qlens;
+  step.order = &reorder;
+  step.request_ids = reorder.request_ids();
+  step.query_lens = reorder.query_lens();
   step.num_computed_tokens = computed;
   step.block_tables = {&table, 1};
   runner.prepare_step(step, Stream{});
@@ -218,9 +216,9 @@ ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options
   const HostTensor k_in = to_dtype(record.k.view(), record.dtype);
   const HostTensor v_in = to_dtype(record.v.view(), record.dtype);
   HostTensor q(record.dtype, q_in.dims()), k(record.dtype, k_in.dims()), v(record.dtype, v_in.dims());
-  reorder.gather_tokens(q_in.view(), qsl, q.view());
-  reorder.gather_tokens(k_in.view(), qsl, k.view());
-  reorder.gather_tokens(v_in.view(), qsl, v.view());
+  reorder.gather_tokens(q_in.view(), q.view());
+  reorder.gather_tokens(k_in.view(), k.view());
+  reorder.gather_tokens(v_in.view(), v.view());
   const DeviceTensor q_dev(memory, q.view()), k_dev(memory, k.view()), v_dev(memory, v.view());
   DeviceTensor out_dev(memory, record.dtype, q.dims());
   out_dev.fill(std::numeric_limits<float>::quiet_NaN());  // unwritten elements must show
@@ -242,13 +240,13 @@ ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options
   result.variant = std::string(sel.variant.name);
   const HostTensor out_f32 = to_dtype(out.view(), DType::kFloat32);
   result.out = HostTensor(DType::kFloat32, out.dims());
-  reorder.restore_tokens(out_f32.view(), qsl, result.out.view());
+  reorder.restore_tokens(out_f32.view(), result.out.view());
   if (options.want_lse) {
     const HostTensor lse = lse_dev.to_host();
     result.lse = HostTensor(DType::kFloat32, lse.dims());
-    reorder.restore_tokens(lse.view(), qsl, result.lse.view());
+    reorder.restore_tokens(lse.view(), result.lse.view());
   }
-  nlohmann::json common = common_metadata_to_json(runner.kv_groups().front().common);
+  nlohmann::json common = common_metadata_to_json(runner.kv_groups().front().common());
   nlohmann::json backend = metadata_to_json(*runner.forward_context().layer(layer).metadata);
   nlohmann::json all;
   all["backend"] = result.backend;

@@ -12,8 +12,8 @@
 #include "attnkit/backends/backend.h"
 #include "attnkit/kv/kv_cache.h"
 #include "attnkit/metadata/forward_context.h"
+#include "attnkit/metadata/group_block_table.h"
 #include "attnkit/platform/memory.h"
-#include "attnkit/platform/workspace.h"
 
 namespace attnkit {
 
@@ -32,29 +32,17 @@ struct AttentionGroup {
 struct KVGroupState {
   KVGroupGeometry geometry;
   std::vector<AttentionGroup> attn_groups;
-  bool causal = true;  // decoder layers; encoder kinds attend bidirectionally
-  std::int32_t max_manager_blocks_per_req = 0;
-  std::int32_t max_kernel_blocks_per_req = 0;
-  // Per step, in the step's request order.
-  // [max_num_reqs][max_manager_blocks_per_req]; only when a manager block spans several kernel
-  // blocks (k > 1). With k == 1 the kernel table is the manager table: one copy, not two.
-  std::vector<std::int32_t> manager_rows;
-  // The kernel block table: written by the host into the pinned mirror, one asynchronous copy to
-  // the device table per step. [max_num_reqs][max_kernel_blocks_per_req].
-  Workspace block_table_workspace;
-  WorkspaceRegion<std::int32_t> block_table;
-  DeviceArray<std::int64_t> slot_mapping;  // [max_num_tokens], computed on the device
-  // Which request writes each kernel page this step (prepare_step refuses two writers).
-  std::vector<std::uint32_t> page_writer_step;
-  std::vector<std::int32_t> page_writer_request;
-  CommonAttentionMetadata common;      // this step's copy of the template for this group
-  std::int32_t common_prefix_len = 0;  // this step, tokens (B4)
+  // The group's per-step state: rows, page writers, slot mapping, its copy of the common metadata
+  // and the shared prefix (one object; the runner calls it once per step).
+  GroupBlockTable tables;
 
-  // This step's manager block table on the host, row stride max_manager_blocks_per_req.
-  std::span<const std::int32_t> manager_table() const {
-    if (geometry.blocks_per_manager_block() > 1) return manager_rows;
-    return {block_table.host, block_table.capacity};
-  }
+  bool causal() const { return tables.causal(); }  // decoder layers; encoder kinds attend bidirectionally
+  // This step's copy of the common metadata for the group.
+  const CommonAttentionMetadata& common() const { return tables.common(); }
+  std::int32_t max_manager_blocks_per_req() const { return tables.max_manager_blocks_per_req(); }
+  std::int32_t max_kernel_blocks_per_req() const { return tables.max_kernel_blocks_per_req(); }
+  // This step's manager block table on the host, row stride max_manager_blocks_per_req().
+  std::span<const std::int32_t> manager_table() const { return tables.manager_table(); }
 };
 
 // Identity of an attention group inside its KV group.

@@ -16,6 +16,7 @@
 #include "attnkit/kv/kv_cache.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/stream.h"
+#include "attnkit/kv/grouping.h"
 #include "attnkit/runner/attention_groups.h"
 #include "attnkit/metadata/common_builder.h"
 #include "attnkit/metadata/forward_context.h"
@@ -45,8 +46,12 @@ struct RunnerConfig {
   bool need_lse = false;                // layers must be able to return the LSE
   bool optimistic_cpu_lengths = false;  // steps may carry host upper bounds (G6, D2)
   bool check_invariants = false;        // run the V1-V9 checker after every prepare_step (syncs on CUDA)
-  float k_scale = 1.0f;                 // fp8 KV scales (K8)
-  float v_scale = 1.0f;
+  // K8 fp8 KV scales: stored value x scale = real value. A run with an fp8 KV cache must set both
+  // (1.0 explicitly opts in to unit scales: e4m3 then saturates at +-448, so real K/V beyond it are
+  // clipped silently); left unset, such a run is refused at start-up. Other caches ignore scales
+  // and refuse any value but 1.
+  std::optional<float> k_scale;
+  std::optional<float> v_scale;
   float kv_poison = std::numeric_limits<float>::quiet_NaN();  // fills unwritten cache
   std::function<void(std::string_view)> log;                   // start-up log lines (S3)
   // Memory the runner allocates from, at start-up only (nullptr = the platform's own: host memory
@@ -114,22 +119,37 @@ class ModelRunner {
   CudaGraphSupport graph_support() const { return graph_support_; }
 
   // --- per step (hot path: allocation-free in steady state) ----------------------------------
-  // G8: the order the step's requests must be in, for these query lengths in the scheduler's
-  // order: new position i holds the request at old index order()[i] (decodes first when a
-  // backend sets a reorder threshold, else the identity). The engine applies it to every array
-  // it builds (StepInput, Q/K/V, sampling rows; BatchReorder::apply / gather_tokens help) before
-  // prepare_step, so nothing is permuted behind its back. Host only; allocation-free.
-  const BatchReorder& order_requests(std::span<const std::int32_t> query_lens);
-  const BatchReorder& reorder() const { return reorder_; }
+  // Threads: a runner is driven by one thread at a time (the per-step calls below, and the forward
+  // scope with the layers inside it); another thread is refused with an Error (field "thread").
+  // order_requests and shape_for are const and may be called from any thread. Different runners
+  // are independent.
+  //
+  // G8: the order the step's requests must be in, for the scheduler's requests (ids and query
+  // lengths in the scheduler's order): position i of the step holds the scheduler's request
+  // order.order()[i] (decodes first when a backend sets a reorder threshold, else the identity).
+  // The engine builds every array of the step in it (StepInput, token ids and positions, so Q/K/V
+  // follow; sampling rows) and passes the same object as StepInput::order; prepare_step refuses a
+  // step in any other order. The value is the caller's: a pipelined engine keeps one per step in
+  // flight. Host only. The second form reuses `out`'s storage (allocation-free once it held as
+  // many requests).
+  StepOrder order_requests(std::span<const std::int32_t> request_ids, std::span<const std::int32_t> query_lens) const;
+  void order_requests(std::span<const std::int32_t> request_ids, std::span<const std::int32_t> query_lens,
+                      StepOrder& out) const;
   // The padded shape a step of this size runs as (capture sizes).
   StepShape shape_for(std::int32_t num_reqs, std::int32_t num_tokens) const;
 
   // Per step: plan on the host, then enqueue the step's uploads and small kernels (device
-  // lengths, slot mappings) on `stream`. Refuses requests out of the order order_requests()
-  // gives, naming the first one out of place. No allocation, no device-to-host synchronization:
-  // the only wait is for the previous step's plan copies (an event), skipped while `stream` is
-  // being captured. Inside a CUDA graph capture it records the uploads and kernels; see plan_step.
+  // lengths, slot mappings) on `stream`. Refuses requests out of the order StepInput::order
+  // gives, naming the first one out of place; refuses a new step while the previous one has layers
+  // that never ran (their KV of its tokens would stay unwritten: run them, or abandon_step()).
+  // No allocation, no device-to-host synchronization: the only wait is for the previous step's
+  // plan copies (an event), skipped while `stream` is being captured. Inside a CUDA graph capture
+  // it records the uploads and kernels; see plan_step.
   void prepare_step(const StepInput& step, Stream stream);
+  // The engine gives up the prepared step (an error in its model code between layers): the layers
+  // that did not run leave the step's KV unwritten, so the engine must not count those tokens as
+  // computed (preempt or recompute the requests). The next prepare_step then accepts it.
+  void abandon_step();
   // CUDA graphs: a graph captured from prepare_step + the layers replays the uploads from the
   // same pinned mirrors. Before each replay, plan_step writes the new step (same padded shape)
   // into them on the host; after launching the graph, plan_consumed records that the mirrors
@@ -141,13 +161,23 @@ class ModelRunner {
   const CommonMetadataBuilder& common_builder() const { return common_builder_; }
   const ForwardContext& forward_context() const { return context_; }
   GraphMode graph_mode() const { return graph_mode_; }
+  // B4: the longest prefix any attention group of the prepared step attends once (a cascade), 0
+  // when none cascades. Host only, O(attention groups).
+  std::int32_t cascade_prefix_len() const;
+  // The graph mode a step of these query lengths (the step's order) would run in: what an engine
+  // asks before it chooses between prepare_step and a graph replay. O(requests), no allocation.
+  GraphMode graph_mode_for(std::span<const std::int32_t> query_lens) const;
   void graph_buffers(std::vector<GraphBuffer>& out) const;
   // Addresses recorded at start-up; V8 compares every step's buffers against them.
   const std::vector<GraphBuffer>& captured_buffers() const { return captured_buffers_; }
 
   // Per layer (hot path): the shared KV update (unless the backend fuses it), then attention, both
-  // enqueued on `stream`. Reads the installed forward context (the model passes only Q/K/V).
-  // Q/K/V/output have num_tokens_padded rows in the layer's activation dtype; lse may be empty.
+  // enqueued on `stream`. Reads the installed forward context (the model passes only Q/K/V). Every
+  // layer runs exactly once per prepared step: a second run is refused, and so is a scope that
+  // ends (or a next prepare_step) with layers that never ran.
+  // Rows (the one rule, backends/backend.h require_step_rows): Q/K/V/output, and the LSE when
+  // given, hold the step's tokens in the runner's order then the padding of its capture shape: at
+  // least num_tokens_padded rows; rows past it are neither read nor written. Activation dtype.
   static void unified_attention(LayerId layer, const TensorView& query, const TensorView& key, const TensorView& value,
                                 const TensorView& output, const TensorView& lse, Stream stream);
 
@@ -157,14 +187,20 @@ class ModelRunner {
   void build_groups();
   void build_context_parallel();
   void prepare_impls();
+  void check_fp8_scales() const;
+  KVGroupState make_group_state(const KVCacheGroup& kv);
+  void make_attention_groups(KVGroupState& g, const KVCacheGroup& kv);
+  void register_layer_entries();
+  void log_groups() const;
   void check_request_order(const StepInput& step) const;
   void plan(const StepInput& step, bool wait_for_previous_copies);
+  struct PlanReuse;
+  void build_group_metadata(KVGroupState& g, PlanReuse& reuse);
   void enqueue(Stream stream);
   void check_prepared_step(Stream stream) const;
-  void plan_group_tables(KVGroupState& group, const StepInput& step, int group_index);
-  void enqueue_group(const KVGroupState& group, Stream stream) const;
-  std::int32_t common_prefix_len(const KVGroupState& group) const;
-  GraphMode decide_graph_mode() const;
+  static void forward_context_parallel(const LayerContext& ctx, const TensorView& query, const TensorView& key,
+                                       const TensorView& value, const TensorView& output, const TensorView& lse,
+                                       Stream stream);
 
   RunnerConfig config_;
   MemoryResource* kv_memory_;
@@ -179,12 +215,10 @@ class ModelRunner {
   KVCacheStorage storage_;
   std::vector<KVGroupState> kv_groups_;
   ForwardContext context_;
-  BatchReorder reorder_;
   CommonMetadataBuilder common_builder_;
   std::optional<int> reorder_threshold_;
   CudaGraphSupport graph_support_ = CudaGraphSupport::kAlways;
   GraphMode graph_mode_ = GraphMode::kEager;
-  bool any_cascade_ = false;
   std::vector<GraphBuffer> captured_buffers_;
   // D1: the gathered partials of one layer call (every rank's block, fixed address), each layer's
   // merge inputs, and the layers' sinks (joined once, in the merge) in kernel-readable memory.
@@ -192,7 +226,6 @@ class ModelRunner {
   std::vector<DeviceArray<float>> context_parallel_sinks_;
   std::vector<ContextParallelLayer> context_parallel_layers_;
   StreamEvent plan_copied_;  // recorded after each step's uploads
-  std::uint32_t step_serial_ = 0;
 };
 
 }  // namespace attnkit

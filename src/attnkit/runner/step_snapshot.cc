@@ -17,12 +17,12 @@ StepSnapshot snapshot_of(const ModelRunner& runner) {
     const KVGroupState& g = groups[gi];
     GroupSnapshot gs;
     gs.geometry = &g.geometry;
-    gs.common = g.common;
+    gs.common = g.common();
     gs.manager_rows = g.manager_table();
-    gs.manager_row_stride = g.max_manager_blocks_per_req;
-    gs.block_table = to_host_vector(g.common.block_table.data);
-    gs.block_table_stride = g.common.block_table.row_stride;
-    gs.slot_mapping = to_host_vector(g.common.slot_mapping);
+    gs.manager_row_stride = g.max_manager_blocks_per_req();
+    gs.block_table = to_host_vector(g.common().block_table.data);
+    gs.block_table_stride = g.common().block_table.row_stride;
+    gs.slot_mapping = to_host_vector(g.common().slot_mapping);
     s.groups.push_back(std::move(gs));
     for (const auto& ag : g.attn_groups) {
       for (LayerId id : ag.layers) {
@@ -50,8 +50,8 @@ StepSnapshot snapshot_of(const ModelRunner& runner) {
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& g = groups[gi];
     s.reordered.push_back({"block_table", g.manager_table(), g.manager_table(),
-                           g.geometry.spec.is_attention() ? g.max_manager_blocks_per_req : 1,
-                           g.max_manager_blocks_per_req, g.max_manager_blocks_per_req,
+                           g.geometry.spec.is_attention() ? g.max_manager_blocks_per_req() : 1,
+                           g.max_manager_blocks_per_req(), g.max_manager_blocks_per_req(),
                            g.geometry.spec.is_attention() ? g.geometry.spec.block_size : 0});
   }
   s.captured_buffers = runner.captured_buffers();

@@ -1,5 +1,6 @@
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/csr_plan/csr_plan_builder.h"
 #include "attnkit/backends/csr_plan/csr_plan_impl.h"
 
@@ -40,11 +41,12 @@ const BackendCaps& CsrPlanBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> CsrPlanBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<CsrPlanImpl>(params, variant);
 }
 
 std::unique_ptr<MetadataBuilder> CsrPlanBackend::make_builder(const BuilderContext& ctx) {
+  require_builder_supported(caps(), ctx);
   return std::make_unique<CsrPlanMetadataBuilder>(ctx);
 }
 

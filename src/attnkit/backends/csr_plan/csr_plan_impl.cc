@@ -3,7 +3,7 @@
 #include <string>
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
-#include "attnkit/backends/paged_params.h"
+#include "attnkit/backends/cpu_paged/paged_params.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -15,11 +15,6 @@ std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 
 CsrPlanImpl::CsrPlanImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  ATTNKIT_REQUIRE(params_.attn_type == AttentionType::kDecoder, "attn_type", std::string(to_string(params_.attn_type)),
-                  "decoder", "CSR_PLAN plans causal decoder attention only");
-  ATTNKIT_REQUIRE(params_.alibi_slopes.empty(), "alibi_slopes size", std::to_string(params_.alibi_slopes.size()), "0",
-                  "CSR_PLAN has no ALiBi");
-  check_layer_params(CsrPlanBackend::caps(), params_);
   kernel_params_ = paged_attention_params(params_);
 }
 

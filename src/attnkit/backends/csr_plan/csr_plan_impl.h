@@ -5,7 +5,7 @@
 
 #include "attnkit/backends/backend.h"
 #include "attnkit/backends/csr_plan/csr_plan_metadata.h"
-#include "attnkit/kernels/common/paged_attention_cpu.h"
+#include "attnkit/backends/cpu_paged/paged_attention_cpu.h"
 
 namespace attnkit {
 

@@ -2,9 +2,9 @@
 
 #include <string>
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/cudnn/cudnn_builder.h"
 #include "attnkit/backends/cudnn/cudnn_impl.h"
-#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -53,11 +53,12 @@ const BackendCaps& CudnnBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> CudnnBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_variant_covers_layer(caps(), variant, params);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<CudnnImpl>(params, variant);
 }
 
 std::unique_ptr<MetadataBuilder> CudnnBackend::make_builder(const BuilderContext& ctx) {
+  require_builder_supported(caps(), ctx);
   return std::make_unique<CudnnMetadataBuilder>(ctx);
 }
 

@@ -23,9 +23,8 @@ void require_workspace_fits(const CudnnSdpaGraph& graph, std::size_t workspace_b
 
 }  // namespace
 
-CudnnImpl::CudnnImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
-  check_layer_params(CudnnBackend::caps(), params, PlatformKind::kCuda);
-}
+// CudnnBackend::make_impl checked the layer against the declaration (require_layer_supported).
+CudnnImpl::CudnnImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {}
 
 CudnnSdpaKey CudnnImpl::key_for(const KVCacheView& kv_cache, std::int64_t table_width, const CudnnBucket& bucket,
                                 bool lse) const {

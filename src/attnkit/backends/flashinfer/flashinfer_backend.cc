@@ -4,6 +4,7 @@
 #include <span>
 #include <vector>
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/flashinfer/flashinfer_builder.h"
 #include "attnkit/backends/flashinfer/flashinfer_decode.h"
 #include "attnkit/backends/flashinfer/flashinfer_impl.h"
@@ -141,11 +142,12 @@ const BackendCaps& FlashInferBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> FlashInferBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<FlashInferImpl>(params, variant);
 }
 
 std::unique_ptr<MetadataBuilder> FlashInferBackend::make_builder(const BuilderContext& ctx) {
+  require_builder_supported(caps(), ctx);
   return std::make_unique<FlashInferMetadataBuilder>(ctx);
 }
 

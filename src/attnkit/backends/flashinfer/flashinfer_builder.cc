@@ -29,8 +29,6 @@ FlashInferMetadataBuilder::FlashInferMetadataBuilder(const BuilderContext& ctx)
   const std::int32_t max_tokens = positive(ctx.max_num_tokens, "max_num_tokens");
   max_blocks_per_req_ = positive(ctx.max_blocks_per_req, "max_blocks_per_req");
   positive(ctx.kernel_block_size, "kernel_block_size");
-  ATTNKIT_REQUIRE(ctx.num_q_heads > 0 && ctx.num_kv_heads > 0 && ctx.num_q_heads % ctx.num_kv_heads == 0,
-                  "num_q_heads/num_kv_heads", str(ctx.num_q_heads) + "/" + str(ctx.num_kv_heads), "positive, a multiple");
   const std::int32_t sms = kernels::flashinfer_device_sms();
   ATTNKIT_REQUIRE(sms > 0, "CUDA device", "none", "a GPU", "FlashInfer's plan needs the device's SM count");
   if (ctx.kv_spec.kind == KVSpecKind::kSlidingWindow && ctx.kv_spec.sliding_window > 0) {

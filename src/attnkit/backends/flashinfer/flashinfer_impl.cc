@@ -7,7 +7,6 @@
 #include "attnkit/backends/flashinfer/flashinfer_metadata.h"
 #include "attnkit/backends/flashinfer/flashinfer_xqa.h"
 #include "attnkit/core/error.h"
-#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -16,14 +15,11 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 }  // namespace
 
 FlashInferImpl::FlashInferImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
-  check_layer_params(FlashInferBackend::caps(), params, PlatformKind::kCuda);
   ATTNKIT_REQUIRE(kernels::flashinfer_prefill_instantiated(params.dtype, params.kv_cache_dtype, params.head_size),
                   "head_size/dtype/kv_cache_dtype",
                   str(params.head_size) + "/" + std::string(to_string(params.dtype)) + "/" +
                       std::string(to_string(params.kv_cache_dtype)),
                   "an instantiated combination (see attnkit backends)");
-  // The variant's own declaration covers the layer (the selector resolves the same one from it).
-  require_variant_covers_layer(FlashInferBackend::caps(), variant, params);
   kernels::FlashInferPrefillRun& r = run_;
   r.dtype = params.dtype;
   r.kv_dtype = params.kv_cache_dtype;

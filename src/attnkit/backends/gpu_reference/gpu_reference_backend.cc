@@ -1,5 +1,6 @@
 #include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/gpu_reference/gpu_reference_builder.h"
 #include "attnkit/backends/gpu_reference/gpu_reference_impl.h"
 
@@ -36,11 +37,12 @@ const BackendCaps& GpuReferenceBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> GpuReferenceBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<GpuReferenceImpl>(params);
 }
 
 std::unique_ptr<MetadataBuilder> GpuReferenceBackend::make_builder(const BuilderContext& context) {
+  require_builder_supported(caps(), context);
   return std::make_unique<GpuReferenceMetadataBuilder>(context);
 }
 

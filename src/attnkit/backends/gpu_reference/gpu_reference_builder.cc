@@ -24,10 +24,6 @@ WorkspaceLayout plan_layout(std::size_t* cascade_offset) {
 
 GpuReferenceMetadataBuilder::GpuReferenceMetadataBuilder(const BuilderContext& context)
     : context_(context), metadata_(GpuReferenceBackend::caps()) {
-  const BackendCaps& own = GpuReferenceBackend::caps();
-  ATTNKIT_REQUIRE(context.caps == nullptr || context.caps == &own, "builder backend",
-                  context.caps ? std::string(context.caps->name) : "", std::string(own.name),
-                  "the GPU_REFERENCE builder was asked to build for another backend");
   ATTNKIT_REQUIRE(context.kernel_block_size > 0, "kernel_block_size", str(context.kernel_block_size), "> 0");
   std::size_t cascade_offset = 0;
   const WorkspaceLayout layout = plan_layout(&cascade_offset);
@@ -81,11 +77,7 @@ const AttentionMetadata& GpuReferenceMetadataBuilder::build(std::int32_t common_
   // D1: a rank stores a share of the prefix, not the prefix (the runner never offers one then).
   const bool cascade = !c.context_parallel.enabled() &&
                        cascade_chosen(context_.cascade, common_prefix_len, c.num_reqs, context_.kv_spec);
-  if (cascade) {
-    ATTNKIT_REQUIRE(prefix_pages_shared(c.block_table_cpu, c.num_reqs, common_prefix_len, c.kernel_block_size),
-                    "common_prefix_len", str(common_prefix_len), "a prefix whose pages every request shares",
-                    "the block table rows differ inside the prefix");
-  }
+  if (cascade) require_shared_prefix(c, common_prefix_len);
   m.use_cascade = cascade;
   m.common_prefix_len = cascade ? common_prefix_len : 0;
   *cascade_prefix_len_.host = m.common_prefix_len;

@@ -1,6 +1,5 @@
 #include "attnkit/backends/gpu_reference/gpu_reference_impl.h"
 
-#include <algorithm>
 #include <string>
 
 #include "attnkit/backends/gpu_reference/gpu_reference_backend.h"
@@ -10,31 +9,8 @@
 
 namespace attnkit {
 
-namespace {
-
-std::string str(std::int64_t v) { return std::to_string(v); }
-
-template <class T>
-bool contains(const std::vector<T>& values, T v) {
-  return std::find(values.begin(), values.end(), v) != values.end();
-}
-
-}  // namespace
-
+// GpuReferenceBackend::make_impl checked the layer against the declaration (require_layer_supported).
 GpuReferenceImpl::GpuReferenceImpl(const LayerParams& params) : params_(params) {
-  const BackendCaps& caps = GpuReferenceBackend::caps();
-  ATTNKIT_REQUIRE(params.num_q_heads > 0 && params.num_kv_heads > 0 && params.num_q_heads % params.num_kv_heads == 0,
-                  "num_q_heads/num_kv_heads", str(params.num_q_heads) + "/" + str(params.num_kv_heads),
-                  "positive, num_q_heads a multiple of num_kv_heads");
-  ATTNKIT_REQUIRE(contains(caps.head_sizes, params.head_size), "head_size", str(params.head_size),
-                  "64, 80, 96, 112, 128, 192, 256");
-  ATTNKIT_REQUIRE(contains(caps.dtypes, params.dtype), "dtype", std::string(to_string(params.dtype)),
-                  describe_dtypes(caps.dtypes));
-  ATTNKIT_REQUIRE(contains(caps.kv_cache_dtypes, params.kv_cache_dtype), "kv_cache_dtype",
-                  std::string(to_string(params.kv_cache_dtype)), describe_dtypes(caps.kv_cache_dtypes));
-  ATTNKIT_REQUIRE(contains(caps.attention_types, params.attn_type), "attn_type",
-                  std::string(to_string(params.attn_type)), "decoder, encoder, encoder_only");
-  check_layer_params(caps, params, PlatformKind::kCuda);
   alibi_slopes_ = upload_layer_floats(params.alibi_slopes);
   sinks_ = upload_layer_floats(params.sinks);
   kernels::GpuReferenceParams& k = kernel_params_;

@@ -12,6 +12,7 @@ namespace attnkit {
 
 struct GpuReferenceMetadata final : AttentionMetadata {
   explicit GpuReferenceMetadata(const BackendCaps& owner) : AttentionMetadata(owner) {}
+  std::int32_t cascade_prefix_len() const override { return use_cascade ? common_prefix_len : 0; }
 
   std::int32_t num_reqs = 0;
   std::int32_t num_actual_tokens = 0;

@@ -1,5 +1,6 @@
 #include "attnkit/backends/recurrent/recurrent_backend.h"
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/recurrent/recurrent_builder.h"
 #include "attnkit/backends/recurrent/recurrent_impl.h"
 
@@ -10,7 +11,11 @@ const BackendCaps& RecurrentStateBackend::caps() {
     BackendCaps c;
     c.name = "RECURRENT_STATE";
     c.summary = "per-request recurrent state (hybrid models)";
-    c.variants = {{kRecurrentCpuVariant, "elementwise decay scan over each request's tokens, state in float32"}};
+    VariantCaps scan;
+    scan.variant = kRecurrentCpuVariant;
+    scan.summary = "elementwise decay scan over each request's tokens, state in float32";
+    scan.group_sizes = {1};  // the input x has one row per state head
+    c.variants = {scan};
     c.platforms = {PlatformKind::kCpu};
     c.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
     c.kv_cache_dtypes = {DType::kFloat32};
@@ -31,11 +36,12 @@ const BackendCaps& RecurrentStateBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> RecurrentStateBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<RecurrentStateImpl>(params, variant);
 }
 
 std::unique_ptr<MetadataBuilder> RecurrentStateBackend::make_builder(const BuilderContext& ctx) {
+  require_builder_supported(caps(), ctx);
   return std::make_unique<RecurrentStateBuilder>(ctx);
 }
 

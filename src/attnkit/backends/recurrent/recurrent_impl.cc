@@ -21,17 +21,10 @@ void check_rows(const char* name, const TensorView& t, DType dtype, std::int64_t
 }
 }  // namespace
 
+// RecurrentStateBackend::make_impl checked the layer against the declaration
+// (require_layer_supported): one state head per query head, float32 states, no attention features.
 RecurrentStateImpl::RecurrentStateImpl(const LayerParams& params, KernelVariant variant)
-    : params_(params), variant_(variant) {
-  ATTNKIT_REQUIRE(params_.num_q_heads == params_.num_kv_heads && params_.num_kv_heads > 0, "num_q_heads",
-                  std::to_string(params_.num_q_heads), "== num_kv_heads (" + std::to_string(params_.num_kv_heads) + ")",
-                  "the input x has one row per state head");
-  ATTNKIT_REQUIRE(params_.head_size > 0, "head_size", std::to_string(params_.head_size), "> 0");
-  ATTNKIT_REQUIRE(params_.kv_cache_dtype == DType::kFloat32, "kv_cache_dtype",
-                  std::string(to_string(params_.kv_cache_dtype)), "float32", "states are kept in float32");
-  ATTNKIT_REQUIRE(params_.required_features() == FeatureSet{}, "features", params_.required_features().describe(),
-                  "none", "a recurrent state has no attention features");
-}
+    : params_(params), variant_(variant) {}
 
 // ---- per layer per step (hot path) --------------------------------------------------------------
 

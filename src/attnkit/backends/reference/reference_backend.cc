@@ -1,5 +1,6 @@
 #include "attnkit/backends/reference/reference_backend.h"
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/reference/reference_builder.h"
 #include "attnkit/backends/reference/reference_impl.h"
 
@@ -33,11 +34,12 @@ const BackendCaps& ReferenceBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> ReferenceBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_declared_variant(caps(), variant);
+  require_layer_supported(caps(), variant, params);
   return std::make_unique<ReferenceImpl>(params);
 }
 
 std::unique_ptr<MetadataBuilder> ReferenceBackend::make_builder(const BuilderContext& context) {
+  require_builder_supported(caps(), context);
   return std::make_unique<ReferenceMetadataBuilder>(context);
 }
 

@@ -27,24 +27,8 @@ bool cascade_pays(std::int32_t common_prefix_len, std::int32_t num_reqs, const K
   return common_prefix_len >= kCascadeMinPrefixTokens && num_reqs >= kCascadeMinRequests;
 }
 
-bool prefix_pages_shared(const BlockTableView& table, std::int32_t num_reqs, std::int32_t prefix_len,
-                         std::int32_t block_size) {
-  const std::int32_t pages = pages_for(prefix_len, block_size);
-  for (std::int32_t r = 1; r < num_reqs; ++r) {
-    for (std::int32_t k = 0; k < pages; ++k) {
-      if (table.row(r)[static_cast<std::size_t>(k)] != table.row(0)[static_cast<std::size_t>(k)]) return false;
-    }
-  }
-  return true;
-}
-
 ReferenceMetadataBuilder::ReferenceMetadataBuilder(const BuilderContext& context)
     : context_(context), metadata_(ReferenceBackend::caps()) {
-  const BackendCaps& own = ReferenceBackend::caps();
-  if (!(context.caps == nullptr || context.caps == &own)) {
-    throw Error("builder backend", context.caps ? std::string(context.caps->name) : "", std::string(own.name),
-                "the REFERENCE builder was asked to build for another backend");
-  }
   if (!(context.memory == nullptr || context.memory->space() == MemorySpace::kHost)) {
     throw Error("builder memory", "device memory", "host memory",
                 "the REFERENCE backend reads metadata on the host");
@@ -159,12 +143,7 @@ const AttentionMetadata& ReferenceMetadataBuilder::build(std::int32_t common_pre
   m.use_cascade = !common.context_parallel.enabled() &&
                   cascade_chosen(context_.cascade, common_prefix_len, m.num_reqs, context_.kv_spec);
   m.common_prefix_len = m.use_cascade ? common_prefix_len : 0;
-  if (m.use_cascade) {
-    if (!(prefix_pages_shared(m.block_table, m.num_reqs, m.common_prefix_len, m.kernel_block_size))) {
-      throw Error("common_prefix_len", str(common_prefix_len), "a prefix whose pages every request shares",
-                  "the block table rows differ inside the prefix");
-    }
-  }
+  if (m.use_cascade) require_shared_prefix(common, m.common_prefix_len);
   return m;
 }
 
@@ -193,8 +172,7 @@ const AttentionMetadata& ReferenceMetadataBuilder::update_block_table(const Atte
   }
   if (&plan != &metadata_) metadata_ = plan;
   metadata_.block_table = table;
-  if (metadata_.use_cascade && !prefix_pages_shared(metadata_.block_table, metadata_.num_reqs,
-                                                    metadata_.common_prefix_len, metadata_.kernel_block_size)) {
+  if (metadata_.use_cascade && metadata_.common_prefix_len > common.shared_prefix_len) {
     metadata_.use_cascade = false;
     metadata_.common_prefix_len = 0;
   }

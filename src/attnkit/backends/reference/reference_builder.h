@@ -47,8 +47,4 @@ class ReferenceMetadataBuilder final : public MetadataBuilder {
   ReferenceMetadata metadata_;
 };
 
-// True when the first ceil(prefix_len / block_size) pages of every row equal those of row 0.
-bool prefix_pages_shared(const BlockTableView& table, std::int32_t num_reqs, std::int32_t prefix_len,
-                         std::int32_t block_size);
-
 }  // namespace attnkit

@@ -22,11 +22,6 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
-template <class T>
-bool contains(const std::vector<T>& values, T v) {
-  return std::find(values.begin(), values.end(), v) != values.end();
-}
-
 // Where one request's keys live: key j is slot j % block_size of page pages[j / block_size], at
 // position shard.global_position(j) of the sequence (j itself without context parallelism).
 struct KeySource {
@@ -127,9 +122,10 @@ class RowAttention {
 
 void check_shape(const TensorView& t, const char* name, std::int64_t d0, std::int64_t d1, std::int64_t d2,
                  DType dtype) {
-  if (!(t.data != nullptr && t.ndim == 3 && t.dim(0) == d0 && t.dim(1) == d1 && t.dim(2) == d2)) {
-    throw Error(std::string(name) + " shape", t.shape_string(), "[" + str(d0) + ", " + str(d1) + ", " + str(d2) + "]",
-                "[num_actual_tokens, num_q_heads, head_size]");
+  require_step_rows(t, name, d0);
+  if (!(t.ndim == 3 && t.dim(1) == d1 && t.dim(2) == d2)) {
+    throw Error(std::string(name) + " shape", t.shape_string(), "[>= " + str(d0) + ", " + str(d1) + ", " + str(d2) + "]",
+                "[num_tokens_padded, num_q_heads, head_size]");
   }
   if (!(t.dtype == dtype)) {
     throw Error(std::string(name) + " dtype", std::string(to_string(t.dtype)), std::string(to_string(dtype)));
@@ -138,39 +134,12 @@ void check_shape(const TensorView& t, const char* name, std::int64_t d0, std::in
 
 }  // namespace
 
+// ReferenceBackend::make_impl checked the layer against the declaration (require_layer_supported).
 ReferenceImpl::ReferenceImpl(const LayerParams& params) : params_(params) {
-  const BackendCaps& caps = ReferenceBackend::caps();
-  if (!(params.num_q_heads > 0 && params.num_kv_heads > 0 && params.num_q_heads % params.num_kv_heads == 0)) {
-    throw Error("num_q_heads/num_kv_heads", str(params.num_q_heads) + "/" + str(params.num_kv_heads),
-                "positive, num_q_heads a multiple of num_kv_heads");
-  }
-  if (!(contains(caps.head_sizes, params.head_size) && params.head_size <= kMaxHeadSize)) {
-    throw Error("head_size", str(params.head_size), "64, 80, 96, 112, 128, 192, 256");
-  }
-  if (!(contains(caps.dtypes, params.dtype))) {
-    throw Error("dtype", std::string(to_string(params.dtype)), describe_dtypes(caps.dtypes));
-  }
-  if (!(contains(caps.kv_cache_dtypes, params.kv_cache_dtype))) {
-    throw Error("kv_cache_dtype", std::string(to_string(params.kv_cache_dtype)), describe_dtypes(caps.kv_cache_dtypes));
-  }
-  if (!(contains(caps.attention_types, params.attn_type))) {
-    throw Error("attn_type", std::string(to_string(params.attn_type)), "decoder, encoder, encoder_only");
-  }
-  if (!(params.alibi_slopes.empty() || params.alibi_slopes.size() == static_cast<std::size_t>(params.num_q_heads))) {
-    throw Error("alibi_slopes size", str(static_cast<std::int64_t>(params.alibi_slopes.size())),
-                "0 or num_q_heads = " + str(params.num_q_heads));
-  }
-  if (!(params.sinks.empty() || params.sinks.size() == static_cast<std::size_t>(params.num_q_heads))) {
-    throw Error("sinks size", str(static_cast<std::int64_t>(params.sinks.size())),
-                "0 or num_q_heads = " + str(params.num_q_heads));
-  }
-  if (!(!params.sliding_window || *params.sliding_window > 0)) {
-    throw Error("sliding_window", params.sliding_window ? str(*params.sliding_window) : "",
-                ">= 1 (tokens seen, the query included)");
-  }
-  if (!(!params.soft_cap || *params.soft_cap > 0.0f)) {
-    throw Error("soft_cap", params.soft_cap ? std::to_string(*params.soft_cap) : "", "> 0");
-  }
+  // The one check the declaration cannot make: a query row is a fixed-size array (Row), which
+  // every declared head size must fit.
+  ATTNKIT_REQUIRE(params.head_size <= kMaxHeadSize, "head_size", str(params.head_size),
+                  "<= " + str(kMaxHeadSize), "ReferenceImpl::kMaxHeadSize, the size of a query row");
   score_.scale = params.softmax_scale();
   score_.soft_cap = params.soft_cap.value_or(0.0f);
   score_.sliding_window = params.sliding_window.value_or(0);
@@ -200,10 +169,10 @@ void ReferenceImpl::forward(const TensorView& query_view, const TensorView& key,
   }
   check_shape(query, "query", tokens, heads, d, params_.dtype);
   check_shape(output, "output", tokens, heads, d, params_.dtype);
-  if (!(lse.empty() ||
-        (lse.ndim == 2 && lse.dim(0) == tokens && lse.dim(1) == heads && lse.dtype == DType::kFloat32))) {
+  if (!lse.empty()) require_step_rows(lse, "lse", tokens);
+  if (!(lse.empty() || (lse.ndim == 2 && lse.dim(1) == heads && lse.dtype == DType::kFloat32))) {
     throw Error("lse", lse.shape_string() + " " + std::string(to_string(lse.dtype)),
-                "empty or [" + str(tokens) + ", " + str(heads) + "] float32");
+                "empty or [>= " + str(tokens) + ", " + str(heads) + "] float32");
   }
   if (!(kv_cache.num_kv_heads == params_.num_kv_heads && kv_cache.head_size == d)) {
     throw Error("kv_cache heads/head_size", str(kv_cache.num_kv_heads) + "/" + str(kv_cache.head_size),

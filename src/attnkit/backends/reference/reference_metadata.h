@@ -15,6 +15,7 @@ namespace attnkit {
 // how long this plan may be used, so the builder copies nothing.
 struct ReferenceMetadata : AttentionMetadata {
   using AttentionMetadata::AttentionMetadata;
+  std::int32_t cascade_prefix_len() const override { return use_cascade ? common_prefix_len : 0; }
 
   std::span<const std::int32_t> query_start_loc;  // [num_reqs + 1]
   std::span<const std::int32_t> seq_lens;         // [num_reqs]

@@ -3,12 +3,12 @@
 #include <iterator>
 #include <vector>
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/backends/varlen/varlen_builder.h"
 #include "attnkit/backends/varlen/varlen_cuda_builder.h"
 #include "attnkit/backends/varlen/varlen_cuda_impl.h"
 #include "attnkit/backends/varlen/varlen_impl.h"
 #include "attnkit/backends/varlen/varlen_kernel.h"
-#include "attnkit/selection/validate.h"
 
 namespace attnkit {
 
@@ -87,12 +87,13 @@ const BackendCaps& VarlenBackend::caps() {
 }
 
 std::unique_ptr<AttentionImpl> VarlenBackend::make_impl(const LayerParams& params, KernelVariant variant) {
-  require_variant_covers_layer(caps(), variant, params);
+  require_layer_supported(caps(), variant, params);
   if (variant == kVarlenCpuVariant) return std::make_unique<VarlenImpl>(params, variant);
   return std::make_unique<VarlenCudaImpl>(params, variant);
 }
 
 std::unique_ptr<MetadataBuilder> VarlenBackend::make_builder(const BuilderContext& ctx) {
+  require_builder_supported(caps(), ctx);
   // A context without a variant (id 0, as tools and tests make one) gets the CPU builder, which
   // refuses device memory.
   if (ctx.variant.id == kVarlenCpuVariant.id) return std::make_unique<VarlenMetadataBuilder>(ctx);

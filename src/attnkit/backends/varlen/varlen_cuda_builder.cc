@@ -23,8 +23,6 @@ VarlenPlanLimits limits_for(const BuilderContext& ctx, std::int32_t max_padded_t
   l.num_q_heads = ctx.num_q_heads;
   l.num_kv_heads = ctx.num_kv_heads;
   l.head_size = ctx.head_size;
-  ATTNKIT_REQUIRE(l.num_q_heads > 0 && l.num_kv_heads > 0 && l.num_q_heads % l.num_kv_heads == 0,
-                  "num_q_heads/num_kv_heads", str(l.num_q_heads) + "/" + str(l.num_kv_heads), "positive, a multiple");
   const DType kv = ctx.kv_spec.dtype;
   l.kv_element_bytes = static_cast<std::int32_t>(size_of(kv));
   // Occupancy is a property of the tile shapes; float16 and bfloat16 instantiations share them.
@@ -167,11 +165,7 @@ const AttentionMetadata& VarlenCudaMetadataBuilder::build(std::int32_t common_pr
   out.partial_base = partial_base_.host_span(partial_base_.capacity);
   out.num_partials = num_partials_.host_span(num_partials_.capacity);
   const VarlenPlanSummary summary = plan_varlen_step(limits_, in, out);
-  if (summary.cascade) {
-    ATTNKIT_REQUIRE(prefix_pages_shared(c.block_table_cpu, c.num_reqs, summary.prefix_len, c.kernel_block_size),
-                    "common_prefix_len", str(summary.prefix_len), "a prefix whose pages every request shares",
-                    "the block table rows differ inside the prefix");
-  }
+  if (summary.cascade) require_shared_prefix(c, summary.prefix_len);
   counts_.host[0] = summary.num_work_items;
   counts_.host[1] = summary.num_merge_items;
 

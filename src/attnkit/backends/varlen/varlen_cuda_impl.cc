@@ -17,17 +17,11 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 }  // namespace
 
 VarlenCudaImpl::VarlenCudaImpl(const LayerParams& params, KernelVariant variant) : params_(params), variant_(variant) {
-  const BackendCaps& caps = VarlenBackend::caps();
-  check_layer_params(caps, params, PlatformKind::kCuda);
   ATTNKIT_REQUIRE(kernels::varlen_instantiated(params.head_size, params.dtype, params.kv_cache_dtype),
                   "head_size/dtype/kv_cache_dtype",
                   str(params.head_size) + "/" + std::string(to_string(params.dtype)) + "/" +
                       std::string(to_string(params.kv_cache_dtype)),
                   "an instantiated combination (see attnkit backends)");
-  const bool fp8 = is_fp8(params.kv_cache_dtype);
-  ATTNKIT_REQUIRE(fp8 == (variant == kVarlenCudaFp8Variant), "kernel variant", std::string(variant.name),
-                  fp8 ? std::string(kVarlenCudaFp8Variant.name) : std::string(kVarlenCudaVariant.name),
-                  "the variant is chosen by the KV cache dtype");
   kernels::VarlenOccupancy occupancy;  // prepares the instantiation once, at start-up
   kernels::check_launch(kernels::varlen_occupancy(params.head_size, params.dtype, params.kv_cache_dtype, &occupancy));
   alibi_slopes_ = upload_layer_floats(params.alibi_slopes);

@@ -4,14 +4,13 @@
 
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/backends/varlen/varlen_metadata.h"
-#include "attnkit/backends/paged_params.h"
+#include "attnkit/backends/cpu_paged/paged_params.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
 
 VarlenImpl::VarlenImpl(const LayerParams& params, KernelVariant variant)
     : params_(params), variant_(variant), kernel_(params.num_q_heads, params.num_kv_heads, params.head_size) {
-  check_layer_params(VarlenBackend::caps(), params_);
   kernel_params_ = paged_attention_params(params_);
 }
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "attnkit/backends/backend.h"
-#include "attnkit/kernels/common/paged_attention_cpu.h"
+#include "attnkit/backends/cpu_paged/paged_attention_cpu.h"
 
 namespace attnkit {
 

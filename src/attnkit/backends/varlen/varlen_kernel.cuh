@@ -95,7 +95,11 @@ struct TileConfig {
   // Decode tiles split each KV tile's keys over the 4 warps; prefill tiles give every warp all keys.
   static constexpr int kKeys = kRing.keys;
   static constexpr int kWarpKeys = kKeys / kWarpsN;
+  static constexpr int kKeyBlocks = kWarpKeys / 8;  // 8-key blocks of a warp's scores per tile
+  static constexpr int kDimBlocks = D / 8;          // 8-column blocks of a row's accumulator
   static constexpr bool kFp8 = is_fp8(kKv);
+  // The PV product's input type (float16 for fp8 KV: see the fp8 fragment layouts below).
+  static constexpr DType kPv = kFp8 ? DType::kFloat16 : kQ;
   static constexpr int kKvBytes = kFp8 ? 1 : 2;
   static constexpr int kStages = kRing.stages;  // kStages - 1 tiles in flight while one is used
   static constexpr bool kWgmma = Wgmma;
@@ -369,48 +373,83 @@ __device__ __forceinline__ void warpgroup_values(float (&acc)[C::kHeadDim / 8][4
   wg::wait<0>();
 }
 
-// One work item of tile shape C for one KV head.
-template <class C, DType kQ, DType kKv>
-__device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv_head, unsigned char* smem) {
-  constexpr int D = C::kHeadDim;
-  constexpr int kKeyBlocks = C::kWarpKeys / 8;
-  constexpr int kDimBlocks = D / 8;
-  if (dynamic_smem_bytes() < static_cast<std::uint32_t>(C::kBytes)) __trap();  // the host sized the launch wrong
-  if constexpr (C::kWgmma) {
-    const std::uint32_t misalign = tc::shared_address(smem) % C::kAlign;
-    smem += misalign == 0 ? 0 : C::kAlign - misalign;
+// The jobs of attend() below, in the order a tile runs them: the KV load pipeline (KvRing), the
+// main loop's products and score transform (QOperand, warp_scores, ScoreTransform), the online
+// softmax update (OnlineSoftmax), the PV accumulation (warp_values, warpgroup_tile) and the
+// epilogue (write_owned_rows, stage_key_shares, merge_key_shares).
+//
+// They were one function; the split leaves the generated code byte for byte as it was (PTX and
+// cubin of every instantiation, bench/notes/varlen.md, "issue 31"). That holds only while the
+// compiler sees the same memory objects in the same order, hence four conventions, each found by
+// a split that broke it (every job is force-inlined, yet where code sat still changed what the
+// compiler made of it):
+// - The arrays the tile keeps in registers (accumulators, softmax state, Q and loader registers)
+//   and the main loop's score and fragment scratch are locals of attend(), handed to the jobs by
+//   reference. Declared inside a job, they were promoted to registers in another order: the PTX
+//   registers were renumbered, and ptxas allocated and scheduled differently.
+// - A struct holds references to such arrays, never the arrays: beside an array indexed in a loop,
+//   its scalars stayed in memory until the loops were unrolled, and addresses were formed
+//   differently.
+// - The per-tile score transform and softmax update hold references to the loop's variables, as
+//   the lambdas they replace captured them; copies of the values changed the branch structure.
+// - K/V stages go to the jobs as byte pointers: a 16-bit pointer cast to bytes inside a job made
+//   the compiler form the fp8 rows' byte offsets in 16-bit units (x 40, then x 2, not x 80).
+
+// This thread's place in the tile: its warp's share of the rows (m_index) and of each KV tile's
+// keys (n_index), and its lane's fragment coordinates (tensor_core.cuh: rows group_id and
+// group_id + 8, columns 2 quad and 2 quad + 1 of every 8-column block).
+template <class C>
+struct ThreadPlace {
+  int lane, group_id, quad, m_index, n_index;
+
+  __device__ __forceinline__ ThreadPlace() {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    lane = static_cast<int>(threadIdx.x) % 32;
+    group_id = lane / 4;
+    quad = lane % 4;
+    m_index = warp % C::kWarpsM;
+    n_index = warp / C::kWarpsM;
   }
+  // The tile row of this thread's fragment row of row block rb (+ 8 for half 1).
+  __device__ __forceinline__ int row_of(int rb, int half) const { return C::row_of(m_index, rb, group_id, half); }
+};
 
-  __shared__ KeyBounds warp_bounds[kWarps];
-  auto* q_tile = reinterpret_cast<std::uint16_t*>(smem);
-  auto* rows = reinterpret_cast<RowInfo*>(smem + C::kRowInfoOffset);
-  unsigned char* loop = smem + C::kLoopOffset;
-  const KeyBounds bounds = plan_rows<C>(p, item, kv_head, rows, warp_bounds, reinterpret_cast<unsigned char*>(q_tile));
-  const std::int32_t lo = bounds.lo, hi = bounds.hi;
-  const std::int32_t all_first = bounds.all_first, all_last = bounds.all_last;
-  const int tiles = hi >= lo ? (hi - lo + C::kKeys) / C::kKeys : 0;
-
-  // Q of tiles with fewer rows than threads (plan_rows copied the others): each packed row's
-  // head_size elements, zeros for rows past the request.
-  if constexpr (C::kRows != kThreads) {
-    constexpr int kChunksPerRow = D / 8;
-    for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
-      const int row = c / kChunksPerRow;
-      const int chunk = c % kChunksPerRow;
-      const RowInfo& info = rows[row];
-      const bool valid = info.token >= 0 && tiles > 0;
-      tc::copy_16_async(reinterpret_cast<unsigned char*>(q_tile) + C::q_chunk_offset(row, chunk),
-                        query_row(p, info) + (valid ? chunk * 8 : 0), valid);
-    }
+// Q of tiles with fewer rows than threads (plan_rows copied the others, a row per thread): each
+// packed row's head_size elements, zeros for rows past the request and for a CTA that sees no key
+// (it never reads Q, and the zero-fill costs no global read).
+template <class C>
+__device__ __forceinline__ void copy_q_rows(const VarlenParams& p, const RowInfo* rows, unsigned char* q_tile,
+                                            int tiles) {
+  constexpr int kChunksPerRow = C::kHeadDim / 8;
+  for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow;
+    const int chunk = c % kChunksPerRow;
+    const RowInfo& info = rows[row];
+    const bool valid = info.token >= 0 && tiles > 0;
+    tc::copy_16_async(q_tile + C::q_chunk_offset(row, chunk), query_row(p, info) + (valid ? chunk * 8 : 0), valid);
   }
+}
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int group_id = lane / 4, quad = lane % 4;
-  const int m_index = warp % C::kWarpsM, n_index = warp / C::kWarpsM;
+// The KV load pipeline: a ring of kStages stages in the loop region, each one tile's K then V,
+// filled by cp.async kStages - 1 tiles ahead of the tile the main loop reads, so the copies overlap
+// the products; each tile's page indices are looked up one issue ahead (paged_tile.cuh). The
+// loaders of warp rings fill only their warp's key share of each stage (TileConfig::kWarpRing).
+// The loader (its per-chunk page and address registers) is attend()'s own object.
+template <class C>
+struct KvRing {
+  typename C::StageLoader& loader;
+  unsigned char* loop;
+  std::int32_t lo;    // tile n starts at key lo + n kKeys
+  int tiles;
+  int loaded_rows;    // this thread's loader fills the rows of a stage from this one on
+  int loaded_offset;  // ... which start at this byte of the stage's K and V tiles
 
-  typename C::StageLoader loader;
-  {
+  // Points the loader at this KV head's pages of the item's block-table row (prefix tiles: row 0,
+  // whose prefix pages every row shares); keys past hi are not read.
+  __device__ __forceinline__ KvRing(typename C::StageLoader& stage_loader, const VarlenParams& p,
+                                    const VarlenWorkItem& item, int kv_head, unsigned char* loop_region,
+                                    std::int32_t first_key, std::int32_t hi, int num_tiles, int n_index)
+      : loader(stage_loader), loop(loop_region), lo(first_key), tiles(num_tiles) {
     const std::int64_t kv_bytes = C::kKvBytes;
     const bool prefix = item.kind == static_cast<std::int32_t>(VarlenTileKind::kPrefix);
     const int table_row = prefix ? 0 : item.request;
@@ -422,54 +461,44 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     loader.num_blocks = static_cast<std::int32_t>(p.kv.num_blocks);
     loader.set_page_size(p.kv.page_size);
     loader.end = hi + 1;
+    loaded_rows = C::kWarpRing ? n_index * C::kWarpKeys : 0;
+    loaded_offset = loaded_rows * C::Loader::kPitch;
   }
-  // A stage holds a tile's K and V; this thread's loader fills its rows from loaded_offset on (all
-  // of them, or its warp's share), starting at key loaded_first(n) of tile n.
-  auto k_stage = [&](int stage) { return loop + stage * C::kStageBytes; };
-  auto v_stage = [&](int stage) { return k_stage(stage) + C::kRawTileBytes; };
-  const int loaded_rows = C::kWarpRing ? n_index * C::kWarpKeys : 0;
-  const int loaded_offset = loaded_rows * C::Loader::kPitch;
-  auto loaded_first = [&](int n) { return lo + n * C::kKeys + loaded_rows; };
 
-  // No visible key (lo is INT_MAX then): nothing to look up, the epilogue writes the empty row.
-  if (tiles > 0) loader.lookup(loaded_first(0));
+  __device__ __forceinline__ unsigned char* k_stage(int stage) const { return loop + stage * C::kStageBytes; }
+  __device__ __forceinline__ unsigned char* v_stage(int stage) const { return k_stage(stage) + C::kRawTileBytes; }
+  // The first key this thread's loader copies of tile n.
+  __device__ __forceinline__ std::int32_t loaded_first(int n) const { return lo + n * C::kKeys + loaded_rows; }
+
+  // Before the loop: tiles 0 .. kStages - 2 in flight, one cp.async group each (empty past the
+  // last tile, so acquire's group counts hold for any tile count). No visible key (lo is INT_MAX
+  // then): nothing to look up, and the epilogue writes the empty rows.
+  __device__ __forceinline__ void prime() {
+    if (tiles > 0) loader.lookup(loaded_first(0));
 #pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < tiles) {
-      loader.issue(k_stage(s) + loaded_offset, v_stage(s) + loaded_offset);
-      loader.lookup(loaded_first(s + 1));
+    for (int s = 0; s < C::kStages - 1; ++s) {
+      if (s < tiles) {
+        loader.issue(k_stage(s) + loaded_offset, v_stage(s) + loaded_offset);
+        loader.lookup(loaded_first(s + 1));
+      }
+      tc::commit_async();
     }
-    tc::commit_async();
   }
+
   // Issues tile n + kStages - 1 into the stage that tile n - 1 used.
-  auto issue_ahead = [&](int n) {
+  __device__ __forceinline__ void issue_ahead(int n) {
     if (n + C::kStages - 1 < tiles) {
       const int s = (n + C::kStages - 1) % C::kStages;
       loader.issue(k_stage(s) + loaded_offset, v_stage(s) + loaded_offset);
       loader.lookup(loaded_first(n + C::kStages));
     }
     tc::commit_async();
-  };
+  }
 
-  constexpr int RB = C::kRowBlocks;
-  // This thread's rows: row_of(rb, half) = the warp's block rb, fragment row group_id (+ 8).
-  auto row_of = [&](int rb, int half) { return C::row_of(m_index, rb, group_id, half); };
-  const bool has_alibi = p.alibi_slopes != nullptr;
-  const float score_scale = p.scale * p.kv.k_scale;
-
-  FragmentSoftmax<kKeyBlocks> softmax[RB];
-  float acc[RB][kDimBlocks][4];
-#pragma unroll
-  for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-    for (int b = 0; b < kDimBlocks; ++b) acc[rb][b][0] = acc[rb][b][1] = acc[rb][b][2] = acc[rb][b][3] = 0.0f;
-
-  // Decode tiles of heads up to 128 keep the warp's Q fragments in registers across tiles.
-  constexpr bool kQInRegisters = C::kWarpsM == 1 && RB == 1 && D <= 128;
-  const std::uint16_t* q_rows = q_tile + (m_index * C::kWarpRows + lane % 16) * C::kPitch + (lane / 16) * 8;
-  std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
-
-  for (int n = 0; n < tiles; ++n) {
+  // Makes tile n's stage readable by the threads that read it and refills the stage tile n - 1
+  // left. A warp ring needs only its warp to be done with that stage, so it issues before it waits
+  // (one more group in flight); a shared stage needs the CTA barrier first.
+  __device__ __forceinline__ void acquire(int n) {
     if constexpr (C::kWarpRing) {
       __syncwarp();  // every lane of the warp is done with tile n - 1's stage
       issue_ahead(n);
@@ -482,304 +511,402 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
       __syncthreads();  // also: every warp is done with tile n - 1's stage
       issue_ahead(n);
     }
-    if constexpr (kQInRegisters) {
-      if (n == 0) {  // Q arrived with the first tile's group
+  }
+};
+
+// Q's A fragments for the warp-level products (S = Q K^T). Decode tiles of heads up to 128 load
+// the warp's 16 rows once, when tile 0 has arrived, into attend()'s registers `frag` and keep them
+// across tiles; the others read them from shared memory at every tile (the prefill warp's two row
+// blocks need those registers for scores).
+template <class C>
+struct QOperand {
+  static constexpr bool kInRegisters = C::kWarpsM == 1 && C::kRowBlocks == 1 && C::kHeadDim <= 128;
+  static constexpr int kRegisterBlocks = kInRegisters ? C::kHeadDim / 16 : 1;
+  using Registers = std::uint32_t[kRegisterBlocks][4];
+  const std::uint16_t* q_tile;
+  const std::uint16_t* q_rows;  // this lane's ldmatrix row address in the warp's first row block
+  Registers& frag;
+
+  __device__ __forceinline__ QOperand(const std::uint16_t* tile, const ThreadPlace<C>& place, Registers& registers)
+      : q_tile(tile),
+        q_rows(tile + (place.m_index * C::kWarpRows + place.lane % 16) * C::kPitch + (place.lane / 16) * 8),
+        frag(registers) {}
+
+  // Tile 0 only, after its stage was acquired (Q arrived with its group).
+  __device__ __forceinline__ void load_registers(const ThreadPlace<C>& place) const {
+    if constexpr (kInRegisters) {
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-          if constexpr (C::kFp8) {
-            q_fragment_fp8<C::kPitch>(q_frag[ks], q_tile + row_of(0, 0) * C::kPitch, ks, quad);
-          } else {
-            tc::ldmatrix_x4(q_frag[ks], q_rows + ks * 16);
-          }
+      for (int ks = 0; ks < C::kHeadDim / 16; ++ks) {
+        if constexpr (C::kFp8) {
+          q_fragment_fp8<C::kPitch>(frag[ks], q_tile + place.row_of(0, 0) * C::kPitch, ks, place.quad);
+        } else {
+          tc::ldmatrix_x4(frag[ks], q_rows + ks * 16);
         }
       }
     }
-    const int stage = n % C::kStages;
-    const auto* k_tile = reinterpret_cast<const std::uint16_t*>(k_stage(stage));
-    const auto* v_tile = reinterpret_cast<const std::uint16_t*>(v_stage(stage));
-    const std::int32_t tile_first = lo + n * C::kKeys;
-    const std::int32_t warp_first = tile_first + n_index * C::kWarpKeys;
+  }
 
-    // Logits: scale (with the fp8 K scale), soft-cap, ALiBi, then the mask where the tile is not
-    // visible to every row. Most tiles need only the scale, which the softmax folds into its
-    // exponent: a warp-uniform branch keeps the general path's per-element work off them. The
-    // rows' positions and bounds are read from shared memory only on the general path, so they
-    // hold no registers across the loop.
-    const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
-    const bool general = !all_visible || has_alibi || p.soft_cap > 0.0f;
-    const float to_log2 = general ? kLog2e : score_scale * kLog2e;
-    // Row block rb's scores become its probabilities; its accumulator is rescaled where the
-    // running max moved.
-    // The general path's per-element logits. ALiBi under context parallelism maps each local key
-    // to its global position (divisions): each call site below passes a constant, so the inlined
-    // copies are specialized and the choice is one CTA-uniform branch (a mapping inside the one
-    // loop was computed for every element of every masked tile, ALiBi or not: r43, causal prefill
-    // 16 x 1024 -23%).
-    auto general_logits = [&](float(&block)[kKeyBlocks][4], int rb, bool context_parallel_alibi) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const RowInfo& row = rows[row_of(rb, half)];
-        const bool masked = !all_visible;
-        const float slope = has_alibi && row.token >= 0 ? p.alibi_slopes[row.head] : 0.0f;
-        const std::int32_t position = has_alibi || masked ? row.position : 0;
-        const std::int32_t first = masked ? row.first : 0, last = masked ? row.last : 0;
-#pragma unroll
-        for (int b = 0; b < kKeyBlocks; ++b) {
-#pragma unroll
-          for (int e = 2 * half; e < 2 * half + 2; ++e) {
-            const std::int32_t key = warp_first + b * 8 + quad * 2 + (e % 2);
-            float logit = block[b][e] * score_scale;
-            if (p.soft_cap > 0.0f) logit = p.soft_cap * tanhf(logit / p.soft_cap);
-            if (context_parallel_alibi) {
-              logit += slope * static_cast<float>(p.context_parallel.global_position(key) - position);
-            } else if (has_alibi) {
-              logit += slope * static_cast<float>(key - position);
-            }
-            if (masked && (key < first || key > last)) logit = -INFINITY;
-            block[b][e] = logit;
-          }
-        }
-      }
-    };
-    auto soften = [&](float(&block)[kKeyBlocks][4], int rb) {
-      if (general) {
-        if (has_alibi && p.context_parallel.enabled()) {
-          general_logits(block, rb, true);
-        } else {
-          general_logits(block, rb, false);
-        }
-      }
-      float rescale[2];
-      softmax[rb].update(block, to_log2, rescale);
-      // The lazy running max (fragment_softmax.cuh) moves on few tiles: skip the multiply when no
-      // row of the warp needs it.
-      if (__any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
-#pragma unroll
-        for (int b = 0; b < kDimBlocks; ++b) {
-          acc[rb][b][0] *= rescale[0];
-          acc[rb][b][1] *= rescale[0];
-          acc[rb][b][2] *= rescale[1];
-          acc[rb][b][3] *= rescale[1];
-        }
-      }
-    };
-    // The probabilities' C fragments are the A fragments of O += P V (keys 16 kk .. 16 kk + 15).
-    constexpr DType kPv = C::kFp8 ? DType::kFloat16 : kQ;  // the PV product's input type
-    auto probabilities = [&](const float(&block)[kKeyBlocks][4], int kk, std::uint32_t(&a)[4]) {
-      a[0] = tc::pack_pair<kPv>(block[2 * kk][0], block[2 * kk][1]);
-      a[1] = tc::pack_pair<kPv>(block[2 * kk][2], block[2 * kk][3]);
-      a[2] = tc::pack_pair<kPv>(block[2 * kk + 1][0], block[2 * kk + 1][1]);
-      a[3] = tc::pack_pair<kPv>(block[2 * kk + 1][2], block[2 * kk + 1][3]);
-    };
+  // The A fragment of row block rb for dims 16 ks .. 16 ks + 15 (fp8 tiles: in the fp8 K order).
+  __device__ __forceinline__ void fragment(std::uint32_t (&a)[4], int rb, int ks, const ThreadPlace<C>& place) const {
+    if constexpr (kInRegisters) {
+      a[0] = frag[ks][0];
+      a[1] = frag[ks][1];
+      a[2] = frag[ks][2];
+      a[3] = frag[ks][3];
+    } else if constexpr (C::kFp8) {
+      q_fragment_fp8<C::kPitch>(a, q_tile + place.row_of(rb, 0) * C::kPitch, ks, place.quad);
+    } else {
+      tc::ldmatrix_x4(a, q_rows + rb * 16 * C::kPitch + ks * 16);
+    }
+  }
+};
 
-    if constexpr (C::kWgmma) {
-      // The two 64-row halves one after the other, so one half's scores live at a time.
-      const auto* q_bytes = reinterpret_cast<const unsigned char*>(q_tile);
+// ldmatrix row address of 16-byte chunk `chunk` of K/V tile row `row`, in the tile's layout;
+// every row a lane addresses has row % 8 == lane % 8 (the swizzle's key).
+template <class C>
+__device__ __forceinline__ const unsigned char* kv_chunk(const std::uint16_t* tile, int row, int chunk, int lane) {
+  return reinterpret_cast<const unsigned char*>(tile) + row * C::Loader::kPitch + C::Loader::chunk_offset(chunk, lane);
+}
+
+// Main loop, warp-level products: S = Q K^T for this warp's rows and its kWarpKeys keys of the
+// tile (`a`: scratch for Q's fragments); each K fragment serves every row block. fp8 K is
+// converted in registers (see above).
+template <class C, DType kQ, DType kKv>
+__device__ __forceinline__ void warp_scores(float (&scores)[C::kRowBlocks][C::kKeyBlocks][4],
+                                            std::uint32_t (&a)[C::kRowBlocks][4], const QOperand<C>& q,
+                                            const unsigned char* k_stage, const ThreadPlace<C>& place) {
+  constexpr int RB = C::kRowBlocks;
+  const int lane = place.lane, group_id = place.group_id, quad = place.quad;
 #pragma unroll
-      for (int rb = 0; rb < RB; ++rb) {
-        float block[kKeyBlocks][4];
-        warpgroup_scores<C, kQ>(block, q_bytes, reinterpret_cast<const unsigned char*>(k_tile), rb);
-        soften(block, rb);
-        std::uint32_t probs[C::kKeys / 16][4];
+  for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
-        for (int kk = 0; kk < C::kKeys / 16; ++kk) probabilities(block, kk, probs[kk]);
-        warpgroup_values<C, kQ>(acc[rb], probs, reinterpret_cast<const unsigned char*>(v_tile));
+    for (int b = 0; b < C::kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
+  const int k_row = place.n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8;
+#pragma unroll
+  for (int ks = 0; ks < C::kHeadDim / 16; ++ks) {
+#pragma unroll
+    for (int rb = 0; rb < RB; ++rb) q.fragment(a[rb], rb, ks, place);
+    if constexpr (C::kFp8) {
+      // Key rows n_index * kWarpKeys + 8 kb + group_id: (row & 7) == group_id for the swizzle.
+      const unsigned char* k_raw = k_stage + (place.n_index * C::kWarpKeys + group_id) * C::Loader::kPitch +
+                                   C::Loader::chunk_offset(ks, group_id) + quad * 4;
+#pragma unroll
+      for (int kb = 0; kb < C::kKeyBlocks; ++kb) {
+        const std::uint32_t w = shared_u32(k_raw + kb * 8 * C::Loader::kPitch);
+        const std::uint32_t b0 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w & 0xFFFFu));
+        const std::uint32_t b1 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w >> 16));
+#pragma unroll
+        for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kQ>(scores[rb][kb], a[rb], b0, b1);
       }
     } else {
-      // S = Q K^T for this warp's rows and kWarpKeys keys; each K fragment serves every row block.
-      float scores[RB][kKeyBlocks][4];
 #pragma unroll
-      for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-        for (int b = 0; b < kKeyBlocks; ++b) scores[rb][b][0] = scores[rb][b][1] = scores[rb][b][2] = scores[rb][b][3] = 0.0f;
-      // ldmatrix row addresses of 16-byte chunk `chunk` of K/V tile row `row`, in the tile's layout;
-      // every row a lane addresses has row % 8 == lane % 8 (the swizzle's key).
-      auto kv_chunk = [&](const std::uint16_t* tile, int row, int chunk) {
-        return reinterpret_cast<const unsigned char*>(tile) + row * C::Loader::kPitch +
-               C::Loader::chunk_offset(chunk, lane);
-      };
-      const int k_row = n_index * C::kWarpKeys + lane % 8 + (lane / 16) * 8;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        std::uint32_t a[RB][4];
+      for (int kb = 0; kb < C::kKeyBlocks / 2; ++kb) {
+        std::uint32_t b[4];
+        tc::ldmatrix_x4(b, kv_chunk<C>(reinterpret_cast<const std::uint16_t*>(k_stage), k_row + kb * 16,
+                                       2 * ks + (lane / 8) % 2, lane));
 #pragma unroll
         for (int rb = 0; rb < RB; ++rb) {
-          if constexpr (kQInRegisters) {
-            a[rb][0] = q_frag[ks][0];
-            a[rb][1] = q_frag[ks][1];
-            a[rb][2] = q_frag[ks][2];
-            a[rb][3] = q_frag[ks][3];
-          } else if constexpr (C::kFp8) {
-            q_fragment_fp8<C::kPitch>(a[rb], q_tile + row_of(rb, 0) * C::kPitch, ks, quad);
-          } else {
-            tc::ldmatrix_x4(a[rb], q_rows + rb * 16 * C::kPitch + ks * 16);
-          }
+          tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
+          tc::mma_16816<kQ>(scores[rb][2 * kb + 1], a[rb], b[2], b[3]);
         }
-        if constexpr (C::kFp8) {
-          // Key rows n_index * kWarpKeys + 8 kb + group_id: (row & 7) == group_id for the swizzle.
-          const unsigned char* k_raw = reinterpret_cast<const unsigned char*>(k_tile) +
-                                       (n_index * C::kWarpKeys + group_id) * C::Loader::kPitch +
-                                       C::Loader::chunk_offset(ks, group_id) + quad * 4;
-#pragma unroll
-          for (int kb = 0; kb < kKeyBlocks; ++kb) {
-            const std::uint32_t w = shared_u32(k_raw + kb * 8 * C::Loader::kPitch);
-            const std::uint32_t b0 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w & 0xFFFFu));
-            const std::uint32_t b1 = tc::fp8x2_to<kKv, kQ>(static_cast<std::uint16_t>(w >> 16));
-#pragma unroll
-            for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kQ>(scores[rb][kb], a[rb], b0, b1);
-          }
-        } else {
-#pragma unroll
-          for (int kb = 0; kb < kKeyBlocks / 2; ++kb) {
-            std::uint32_t b[4];
-            tc::ldmatrix_x4(b, kv_chunk(k_tile, k_row + kb * 16, 2 * ks + (lane / 8) % 2));
-#pragma unroll
-            for (int rb = 0; rb < RB; ++rb) {
-              tc::mma_16816<kQ>(scores[rb][2 * kb], a[rb], b[0], b[1]);
-              tc::mma_16816<kQ>(scores[rb][2 * kb + 1], a[rb], b[2], b[3]);
-            }
-          }
-        }
-      }
-
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) soften(scores[rb], rb);
-
-      // O += P V; each V fragment serves every row block.
-      const int v_row = n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8;
-#pragma unroll
-      for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
-        std::uint32_t a[RB][4];
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb) probabilities(scores[rb], kk, a[rb]);
-        if constexpr (C::kFp8) {
-          constexpr int P = C::Loader::kPitch;
-          // Rows 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 of these 16 keys.
-          const unsigned char* v_raw = reinterpret_cast<const unsigned char*>(v_tile) +
-                                       (n_index * C::kWarpKeys + kk * 16 + 2 * quad) * P;
-#pragma unroll
-          for (int m = 0; m < D / 32; ++m) {
-            // Dims 4 (group_id + 8 m) ..: chunk group_id / 4 + 2 m, bytes 4 (group_id % 4); rows
-            // 2 quad (+ 8) have (row & 7) == 2 quad, rows 2 quad + 1 (+ 9) 2 quad + 1.
-            const int chunk = group_id / 4 + 2 * m, within = 4 * (group_id % 4);
-            const unsigned char* even = v_raw + C::Loader::chunk_offset(chunk, 2 * quad) + within;
-            const unsigned char* odd = v_raw + P + C::Loader::chunk_offset(chunk, 2 * quad + 1) + within;
-            const std::uint32_t r0 = shared_u32(even), r1 = shared_u32(odd);
-            const std::uint32_t r8 = shared_u32(even + 8 * P), r9 = shared_u32(odd + 8 * P);
-            // Key pairs per dim: {r0.byte i, r1.byte i} for dims 4c + i.
-            const std::uint32_t lo[2] = {__byte_perm(r0, r1, 0x5140), __byte_perm(r0, r1, 0x7362)};
-            const std::uint32_t hi[2] = {__byte_perm(r8, r9, 0x5140), __byte_perm(r8, r9, 0x7362)};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int shift = 16 * (i % 2);
-              const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(lo[i / 2] >> shift));
-              const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(static_cast<std::uint16_t>(hi[i / 2] >> shift));
-#pragma unroll
-              for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][4 * m + i], a[rb], b0, b1);
-            }
-          }
-          if constexpr (D % 32 != 0) {  // the last 16 dims: byte loads, natural column order
-            static_assert(!C::kSwizzled, "swizzled rows are multiples of 128 bytes");
-            const unsigned char* tail = v_raw + (D / 32) * 32;
-#pragma unroll
-            for (int t = 0; t < 2; ++t) {
-              const unsigned char* column = tail + 8 * t + group_id;
-              const std::uint32_t b0 = tc::fp8x2_to<kKv, kPv>(
-                  static_cast<std::uint16_t>(column[0] | (static_cast<std::uint32_t>(column[P]) << 8)));
-              const std::uint32_t b1 = tc::fp8x2_to<kKv, kPv>(
-                  static_cast<std::uint16_t>(column[8 * P] | (static_cast<std::uint32_t>(column[9 * P]) << 8)));
-#pragma unroll
-              for (int rb = 0; rb < RB; ++rb) tc::mma_16816<kPv>(acc[rb][D / 32 * 4 + t], a[rb], b0, b1);
-            }
-          }
-        } else {
-#pragma unroll
-          for (int dn = 0; dn < D / 16; ++dn) {
-            std::uint32_t b[4];
-            tc::ldmatrix_x4_trans(b, kv_chunk(v_tile, v_row + kk * 16, 2 * dn + lane / 16));
-#pragma unroll
-            for (int rb = 0; rb < RB; ++rb) {
-              tc::mma_16816<kQ>(acc[rb][2 * dn], a[rb], b[0], b[1]);
-              tc::mma_16816<kQ>(acc[rb][2 * dn + 1], a[rb], b[2], b[3]);
-            }
-          }
-        }
-      }
-    }  // warp-level products
-  }
-#pragma unroll
-  for (int rb = 0; rb < RB; ++rb) softmax[rb].finish();
-  tc::wait_async<0>();
-
-  // Tiles whose warps own whole rows (prefill and prefix tiles) write them from registers: the
-  // quad of a row holds its max and sum, each thread two adjacent dims of every 8-column block.
-  if constexpr (C::kWarpsN == 1) {
-#pragma unroll
-    for (int rb = 0; rb < RB; ++rb) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const RowInfo& info = rows[row_of(rb, half)];
-        if (info.token < 0) continue;
-        const RowFinish f = finish_row(p, info, softmax[rb].max[half], softmax[rb].sum[half]);
-        if (info.partial_row >= 0) {
-          const std::int64_t slot = static_cast<std::int64_t>(info.partial_row) * p.num_q_heads + info.head;
-          float* out = p.partial_out + slot * D;
-#pragma unroll
-          for (int b = 0; b < kDimBlocks; ++b) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              out[C::kFp8 ? fp8_out_dim<D>(b, quad, e) : b * 8 + quad * 2 + e] = acc[rb][b][2 * half + e] * f.factor;
-            }
-          }
-          if (quad == 0) p.partial_lse[slot] = f.lse;
-          continue;
-        }
-        const std::int64_t base = info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head;
-#pragma unroll
-        for (int b = 0; b < kDimBlocks; ++b) {
-          const float v0 = acc[rb][b][2 * half] * f.factor, v1 = acc[rb][b][2 * half + 1] * f.factor;
-          if constexpr (C::kFp8) {  // the permuted dims of fp8 tiles are not adjacent
-            store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 0), v0);
-            store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 1), v1);
-          } else {
-            store2<kQ>(p.rows.output, base + b * 8 + quad * 2, v0, v1);
-          }
-        }
-        if (p.rows.lse != nullptr && quad == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = f.lse;
       }
     }
-    return;
   }
-  __syncthreads();  // the loop region becomes the epilogue's
+}
 
-  // Every warp's unnormalized accumulator, max and sum, at slot (its key share) * kRows + its row;
-  // then the warps sharing rows (decode tiles: all four) are merged.
-  float* partial_acc = reinterpret_cast<float*>(loop);
-  float* partial_max = partial_acc + kWarps * C::kWarpRows * C::kEpiloguePitch;
-  float* partial_sum = partial_max + kWarps * C::kWarpRows;
+// Main loop, the score transform of one tile (this warp's keys from warp_first on): the raw dot
+// products become logits (scale with the fp8 K scale, soft-cap, ALiBi) and keys a row does not
+// see become -inf. Most tiles need only the scale, which the softmax folds into its exponent: a
+// warp-uniform branch (`general`) keeps the per-element path off them. The rows' positions and
+// bounds are read from shared memory only on that path, so they hold no registers across the
+// loop. References to the loop's variables: see the conventions above.
+template <class C>
+struct ScoreTransform {
+  const VarlenParams& p;
+  RowInfo* const& rows;
+  const ThreadPlace<C>& place;
+  const bool& has_alibi;
+  const float& score_scale;  // p.scale x the fp8 K scale
+  const std::int32_t& warp_first;
+  const bool& all_visible;   // every row sees every key of this warp's share of the tile
+
+  // The per-element logits of row block rb. ALiBi under context parallelism maps each local key to
+  // its global position (divisions): OnlineSoftmax passes each call a constant, so the inlined
+  // copies are specialized and the choice is one CTA-uniform branch (a mapping inside the one loop
+  // was computed for every element of every masked tile, ALiBi or not: r43, causal prefill
+  // 16 x 1024 -23%).
+  __device__ __forceinline__ void general_logits(float (&block)[C::kKeyBlocks][4], int rb,
+                                                 bool context_parallel_alibi) const {
 #pragma unroll
-  for (int rb = 0; rb < RB; ++rb) {
-    const int slot = n_index * C::kRows + row_of(rb, 0);
+    for (int half = 0; half < 2; ++half) {
+      const RowInfo& row = rows[place.row_of(rb, half)];
+      const bool masked = !all_visible;
+      const float slope = has_alibi && row.token >= 0 ? p.alibi_slopes[row.head] : 0.0f;
+      const std::int32_t position = has_alibi || masked ? row.position : 0;
+      const std::int32_t first = masked ? row.first : 0, last = masked ? row.last : 0;
 #pragma unroll
-    for (int b = 0; b < kDimBlocks; ++b) {
-      float* r0 = partial_acc + slot * C::kEpiloguePitch;
+      for (int b = 0; b < C::kKeyBlocks; ++b) {
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          const std::int32_t key = warp_first + b * 8 + place.quad * 2 + (e % 2);
+          float logit = block[b][e] * score_scale;
+          if (p.soft_cap > 0.0f) logit = p.soft_cap * tanhf(logit / p.soft_cap);
+          if (context_parallel_alibi) {
+            logit += slope * static_cast<float>(p.context_parallel.global_position(key) - position);
+          } else if (has_alibi) {
+            logit += slope * static_cast<float>(key - position);
+          }
+          if (masked && (key < first || key > last)) logit = -INFINITY;
+          block[b][e] = logit;
+        }
+      }
+    }
+  }
+};
+
+// The online softmax update of one tile: a row block's scores, transformed where the tile needs
+// the general path, become probabilities, and its accumulator is rescaled where the running max
+// moved. The lazy running max (fragment_softmax.cuh) moves on few tiles, so the multiply is
+// skipped unless some row of the warp needs it. References to the loop's variables: see above.
+template <class C>
+struct OnlineSoftmax {
+  const bool& general;  // the per-element transform: a mask, ALiBi or the soft-cap
+  const bool& has_alibi;
+  const VarlenParams& p;
+  const ScoreTransform<C>& transform;
+  FragmentSoftmax<C::kKeyBlocks> (&softmax)[C::kRowBlocks];
+  const float& to_log2;  // what the softmax multiplies the (transformed) scores by
+  float (&acc)[C::kRowBlocks][C::kDimBlocks][4];
+
+  __device__ __forceinline__ void operator()(float (&block)[C::kKeyBlocks][4], int rb) const {
+    if (general) {
+      if (has_alibi && p.context_parallel.enabled()) {
+        transform.general_logits(block, rb, true);
+      } else {
+        transform.general_logits(block, rb, false);
+      }
+    }
+    float rescale[2];
+    softmax[rb].update(block, to_log2, rescale);
+    if (__any_sync(0xFFFFFFFFu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+      for (int b = 0; b < C::kDimBlocks; ++b) {
+        acc[rb][b][0] *= rescale[0];
+        acc[rb][b][1] *= rescale[0];
+        acc[rb][b][2] *= rescale[1];
+        acc[rb][b][3] *= rescale[1];
+      }
+    }
+  }
+};
+
+// The probabilities' C fragments are the A fragments of O += P V (keys 16 kk .. 16 kk + 15).
+template <class C>
+__device__ __forceinline__ void probabilities(const float (&block)[C::kKeyBlocks][4], int kk, std::uint32_t (&a)[4]) {
+  a[0] = tc::pack_pair<C::kPv>(block[2 * kk][0], block[2 * kk][1]);
+  a[1] = tc::pack_pair<C::kPv>(block[2 * kk][2], block[2 * kk][3]);
+  a[2] = tc::pack_pair<C::kPv>(block[2 * kk + 1][0], block[2 * kk + 1][1]);
+  a[3] = tc::pack_pair<C::kPv>(block[2 * kk + 1][2], block[2 * kk + 1][3]);
+}
+
+// PV accumulation, fp8 V: O += P V for keys 16 kk .. 16 kk + 15 of this warp's share, V converted
+// in registers from the fragment layout described above (dims permuted by fp8_out_dim).
+template <class C, DType kKv>
+__device__ __forceinline__ void warp_values_fp8(float (&acc)[C::kRowBlocks][C::kDimBlocks][4],
+                                                const std::uint32_t (&a)[C::kRowBlocks][4],
+                                                const unsigned char* v_stage, int kk, const ThreadPlace<C>& place) {
+  constexpr int D = C::kHeadDim, P = C::Loader::kPitch, RB = C::kRowBlocks;
+  const int group_id = place.group_id, quad = place.quad;
+  // Rows 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 of these 16 keys.
+  const unsigned char* v_raw = v_stage + (place.n_index * C::kWarpKeys + kk * 16 + 2 * quad) * P;
+#pragma unroll
+  for (int m = 0; m < D / 32; ++m) {
+    // Dims 4 (group_id + 8 m) ..: chunk group_id / 4 + 2 m, bytes 4 (group_id % 4); rows
+    // 2 quad (+ 8) have (row & 7) == 2 quad, rows 2 quad + 1 (+ 9) 2 quad + 1.
+    const int chunk = group_id / 4 + 2 * m, within = 4 * (group_id % 4);
+    const unsigned char* even = v_raw + C::Loader::chunk_offset(chunk, 2 * quad) + within;
+    const unsigned char* odd = v_raw + P + C::Loader::chunk_offset(chunk, 2 * quad + 1) + within;
+    const std::uint32_t r0 = shared_u32(even), r1 = shared_u32(odd);
+    const std::uint32_t r8 = shared_u32(even + 8 * P), r9 = shared_u32(odd + 8 * P);
+    // Key pairs per dim: {r0.byte i, r1.byte i} for dims 4c + i.
+    const std::uint32_t lo[2] = {__byte_perm(r0, r1, 0x5140), __byte_perm(r0, r1, 0x7362)};
+    const std::uint32_t hi[2] = {__byte_perm(r8, r9, 0x5140), __byte_perm(r8, r9, 0x7362)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int shift = 16 * (i % 2);
+      const std::uint32_t b0 = tc::fp8x2_to<kKv, C::kPv>(static_cast<std::uint16_t>(lo[i / 2] >> shift));
+      const std::uint32_t b1 = tc::fp8x2_to<kKv, C::kPv>(static_cast<std::uint16_t>(hi[i / 2] >> shift));
+#pragma unroll
+      for (int rb = 0; rb < RB; ++rb) tc::mma_16816<C::kPv>(acc[rb][4 * m + i], a[rb], b0, b1);
+    }
+  }
+  if constexpr (D % 32 != 0) {  // the last 16 dims: byte loads, natural column order
+    static_assert(!C::kSwizzled, "swizzled rows are multiples of 128 bytes");
+    const unsigned char* tail = v_raw + (D / 32) * 32;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const unsigned char* column = tail + 8 * t + group_id;
+      const std::uint32_t b0 = tc::fp8x2_to<kKv, C::kPv>(
+          static_cast<std::uint16_t>(column[0] | (static_cast<std::uint32_t>(column[P]) << 8)));
+      const std::uint32_t b1 = tc::fp8x2_to<kKv, C::kPv>(
+          static_cast<std::uint16_t>(column[8 * P] | (static_cast<std::uint32_t>(column[9 * P]) << 8)));
+#pragma unroll
+      for (int rb = 0; rb < RB; ++rb) tc::mma_16816<C::kPv>(acc[rb][D / 32 * 4 + t], a[rb], b0, b1);
+    }
+  }
+}
+
+// PV accumulation, warp-level products: O += P V over this warp's keys of the tile (`a`: scratch
+// for P's fragments); each V fragment serves every row block (16-bit V through ldmatrix.trans).
+template <class C, DType kKv>
+__device__ __forceinline__ void warp_values(float (&acc)[C::kRowBlocks][C::kDimBlocks][4],
+                                            const float (&scores)[C::kRowBlocks][C::kKeyBlocks][4],
+                                            std::uint32_t (&a)[C::kRowBlocks][4], const unsigned char* v_stage,
+                                            const ThreadPlace<C>& place) {
+  constexpr int RB = C::kRowBlocks;
+  const int lane = place.lane;
+  const int v_row = place.n_index * C::kWarpKeys + lane % 8 + ((lane / 8) % 2) * 8;
+#pragma unroll
+  for (int kk = 0; kk < C::kWarpKeys / 16; ++kk) {
+#pragma unroll
+    for (int rb = 0; rb < RB; ++rb) probabilities<C>(scores[rb], kk, a[rb]);
+    if constexpr (C::kFp8) {
+      warp_values_fp8<C, kKv>(acc, a, v_stage, kk, place);
+    } else {
+#pragma unroll
+      for (int dn = 0; dn < C::kHeadDim / 16; ++dn) {
+        std::uint32_t b[4];
+        tc::ldmatrix_x4_trans(b, kv_chunk<C>(reinterpret_cast<const std::uint16_t*>(v_stage), v_row + kk * 16,
+                                             2 * dn + lane / 16, lane));
+#pragma unroll
+        for (int rb = 0; rb < RB; ++rb) {
+          tc::mma_16816<C::kPv>(acc[rb][2 * dn], a[rb], b[0], b[1]);
+          tc::mma_16816<C::kPv>(acc[rb][2 * dn + 1], a[rb], b[2], b[3]);
+        }
+      }
+    }
+  }
+}
+
+// One tile of the warpgroup products: the two 64-row halves one after the other, so one half's
+// scores (`block`) live at a time; P (`probs`) goes from registers into O += P V.
+template <class C, DType kQ>
+__device__ __forceinline__ void warpgroup_tile(const OnlineSoftmax<C>& soften,
+                                               float (&acc)[C::kRowBlocks][C::kDimBlocks][4],
+                                               float (&block)[C::kKeyBlocks][4],
+                                               std::uint32_t (&probs)[C::kKeys / 16][4],
+                                               const unsigned char* q_bytes, const unsigned char* k_stage,
+                                               const unsigned char* v_stage) {
+#pragma unroll
+  for (int rb = 0; rb < C::kRowBlocks; ++rb) {
+    warpgroup_scores<C, kQ>(block, q_bytes, k_stage, rb);
+    soften(block, rb);
+#pragma unroll
+    for (int kk = 0; kk < C::kKeys / 16; ++kk) probabilities<C>(block, kk, probs[kk]);
+    warpgroup_values<C, kQ>(acc[rb], probs, v_stage);
+  }
+}
+
+// Epilogue of tiles whose warps own whole rows (prefill and prefix tiles): every row written from
+// registers, normalized by finish_row, to the output with its LSE or to its partial row for the
+// merge. The quad of a row holds its max and sum, each thread two dims of every 8-column block
+// (adjacent ones, or fp8_out_dim's permuted ones for fp8 tiles).
+template <class C, DType kQ>
+__device__ __forceinline__ void write_owned_rows(const VarlenParams& p, const RowInfo* rows,
+                                                 const FragmentSoftmax<C::kKeyBlocks> (&softmax)[C::kRowBlocks],
+                                                 const float (&acc)[C::kRowBlocks][C::kDimBlocks][4],
+                                                 const ThreadPlace<C>& place) {
+  constexpr int D = C::kHeadDim;
+  const int quad = place.quad;
+#pragma unroll
+  for (int rb = 0; rb < C::kRowBlocks; ++rb) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const RowInfo& info = rows[place.row_of(rb, half)];
+      if (info.token < 0) continue;
+      const RowFinish f = finish_row(p, info, softmax[rb].max[half], softmax[rb].sum[half]);
+      if (info.partial_row >= 0) {
+        const std::int64_t slot = static_cast<std::int64_t>(info.partial_row) * p.num_q_heads + info.head;
+        float* out = p.partial_out + slot * D;
+#pragma unroll
+        for (int b = 0; b < C::kDimBlocks; ++b) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            out[C::kFp8 ? fp8_out_dim<D>(b, quad, e) : b * 8 + quad * 2 + e] = acc[rb][b][2 * half + e] * f.factor;
+          }
+        }
+        if (quad == 0) p.partial_lse[slot] = f.lse;
+        continue;
+      }
+      const std::int64_t base = info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head;
+#pragma unroll
+      for (int b = 0; b < C::kDimBlocks; ++b) {
+        const float v0 = acc[rb][b][2 * half] * f.factor, v1 = acc[rb][b][2 * half + 1] * f.factor;
+        if constexpr (C::kFp8) {  // the permuted dims of fp8 tiles are not adjacent
+          store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 0), v0);
+          store_element<kQ>(p.rows.output, base + fp8_out_dim<D>(b, quad, 1), v1);
+        } else {
+          store2<kQ>(p.rows.output, base + b * 8 + quad * 2, v0, v1);
+        }
+      }
+      if (p.rows.lse != nullptr && quad == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = f.lse;
+    }
+  }
+}
+
+// Where tiles whose warps split the keys (decode tiles) leave each warp's unnormalized state for
+// the merge: the loop region, free once the ring has drained; a state's slot is (its key share) x
+// kRows + its row.
+template <class C>
+struct KeyShares {
+  float* acc;  // [slot][kEpiloguePitch]
+  float* max;  // [slot]
+  float* sum;  // [slot]
+
+  __device__ __forceinline__ explicit KeyShares(unsigned char* loop)
+      : acc(reinterpret_cast<float*>(loop)),
+        max(acc + kWarps * C::kWarpRows * C::kEpiloguePitch),
+        sum(max + kWarps * C::kWarpRows) {}
+};
+
+// Epilogue of key-splitting tiles, first half: this warp's accumulator (in output dim order),
+// max and sum to its slots.
+template <class C>
+__device__ __forceinline__ void stage_key_shares(const KeyShares<C>& shares,
+                                                 const FragmentSoftmax<C::kKeyBlocks> (&softmax)[C::kRowBlocks],
+                                                 const float (&acc)[C::kRowBlocks][C::kDimBlocks][4],
+                                                 const ThreadPlace<C>& place) {
+  const int quad = place.quad;
+#pragma unroll
+  for (int rb = 0; rb < C::kRowBlocks; ++rb) {
+    const int slot = place.n_index * C::kRows + place.row_of(rb, 0);
+#pragma unroll
+    for (int b = 0; b < C::kDimBlocks; ++b) {
+      float* r0 = shares.acc + slot * C::kEpiloguePitch;
       float* r1 = r0 + 8 * C::kEpiloguePitch;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int column = C::kFp8 ? fp8_out_dim<D>(b, quad, e) : b * 8 + quad * 2 + e;
+        const int column = C::kFp8 ? fp8_out_dim<C::kHeadDim>(b, quad, e) : b * 8 + quad * 2 + e;
         r0[column] = acc[rb][b][e];
         r1[column] = acc[rb][b][2 + e];
       }
     }
     if (quad == 0) {
-      partial_max[slot] = softmax[rb].max[0];
-      partial_max[slot + 8] = softmax[rb].max[1];
-      partial_sum[slot] = softmax[rb].sum[0];
-      partial_sum[slot + 8] = softmax[rb].sum[1];
+      shares.max[slot] = softmax[rb].max[0];
+      shares.max[slot + 8] = softmax[rb].max[1];
+      shares.sum[slot] = softmax[rb].sum[0];
+      shares.sum[slot + 8] = softmax[rb].sum[1];
     }
   }
-  __syncthreads();
+}
 
+// Epilogue of key-splitting tiles, second half (after a barrier): each thread merges the key
+// shares of 4 dims of a row at a time (`o`: scratch for them) by the LSE rule, normalizes them by
+// finish_row and writes them to the output with the LSE or to the row's partial.
+template <class C, DType kQ>
+__device__ __forceinline__ void merge_key_shares(const VarlenParams& p, const RowInfo* rows, const KeyShares<C>& shares,
+                                                 float (&o)[4]) {
+  constexpr int D = C::kHeadDim;
   constexpr int kChunksPerRow = D / 4;
   for (int c = static_cast<int>(threadIdx.x); c < C::kRows * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
@@ -789,16 +916,16 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     // The warps of key share k hold the row's state at slot k * kRows + row.
     float max = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, partial_max[k * C::kRows + row]);
+    for (int k = 0; k < C::kWarpsN; ++k) max = fmaxf(max, shares.max[k * C::kRows + row]);
     float sum = 0.0f;
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    o[0] = o[1] = o[2] = o[3] = 0.0f;
     if (max != -INFINITY) {
 #pragma unroll
       for (int k = 0; k < C::kWarpsN; ++k) {
         const int slot = k * C::kRows + row;
-        const float weight = expf(partial_max[slot] - max);
-        sum += partial_sum[slot] * weight;
-        const float4 v = *reinterpret_cast<const float4*>(partial_acc + slot * C::kEpiloguePitch + column);
+        const float weight = expf(shares.max[slot] - max);
+        sum += shares.sum[slot] * weight;
+        const float4 v = *reinterpret_cast<const float4*>(shares.acc + slot * C::kEpiloguePitch + column);
         o[0] += v.x * weight;
         o[1] += v.y * weight;
         o[2] += v.z * weight;
@@ -816,6 +943,90 @@ __device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv
     store4<kQ>(p.rows.output, info.token * p.rows.o_stride_token + info.head * p.rows.o_stride_head + column,
                o[0] * f.factor, o[1] * f.factor, o[2] * f.factor, o[3] * f.factor);
     if (p.rows.lse != nullptr && column == 0) p.rows.lse[info.token * p.rows.lse_stride_token + info.head] = f.lse;
+  }
+}
+
+// One work item of tile shape C for one KV head: the prologue (rows, key bounds, Q), the KV ring
+// primed, the main loop over the item's KV tiles, then the epilogue of the tile's kind. Its
+// locals are every array the jobs use (see the conventions above).
+template <class C, DType kQ, DType kKv>
+__device__ void attend(const VarlenParams& p, const VarlenWorkItem& item, int kv_head, unsigned char* smem) {
+  constexpr int RB = C::kRowBlocks;
+  if (dynamic_smem_bytes() < static_cast<std::uint32_t>(C::kBytes)) __trap();  // the host sized the launch wrong
+  if constexpr (C::kWgmma) {
+    const std::uint32_t misalign = tc::shared_address(smem) % C::kAlign;
+    smem += misalign == 0 ? 0 : C::kAlign - misalign;
+  }
+
+  __shared__ KeyBounds warp_bounds[kWarps];
+  auto* q_tile = reinterpret_cast<std::uint16_t*>(smem);
+  auto* rows = reinterpret_cast<RowInfo*>(smem + C::kRowInfoOffset);
+  unsigned char* loop = smem + C::kLoopOffset;
+  const KeyBounds bounds = plan_rows<C>(p, item, kv_head, rows, warp_bounds, reinterpret_cast<unsigned char*>(q_tile));
+  const std::int32_t lo = bounds.lo, hi = bounds.hi;
+  const std::int32_t all_first = bounds.all_first, all_last = bounds.all_last;
+  const int tiles = hi >= lo ? (hi - lo + C::kKeys) / C::kKeys : 0;
+  if constexpr (C::kRows != kThreads) copy_q_rows<C>(p, rows, reinterpret_cast<unsigned char*>(q_tile), tiles);
+
+  const ThreadPlace<C> place;
+  typename C::StageLoader loader;
+  KvRing<C> ring(loader, p, item, kv_head, loop, lo, hi, tiles, place.n_index);
+  ring.prime();
+
+  const bool has_alibi = p.alibi_slopes != nullptr;
+  const float score_scale = p.scale * p.kv.k_scale;
+  FragmentSoftmax<C::kKeyBlocks> softmax[RB];
+  float acc[RB][C::kDimBlocks][4];
+#pragma unroll
+  for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+    for (int b = 0; b < C::kDimBlocks; ++b) acc[rb][b][0] = acc[rb][b][1] = acc[rb][b][2] = acc[rb][b][3] = 0.0f;
+  typename QOperand<C>::Registers q_registers;
+  const QOperand<C> q(q_tile, place, q_registers);
+
+  for (int n = 0; n < tiles; ++n) {
+    ring.acquire(n);
+    if (n == 0) q.load_registers(place);  // Q arrived with the first tile's group
+    const int stage = n % C::kStages;
+    const unsigned char* k_stage = ring.k_stage(stage);
+    const unsigned char* v_stage = ring.v_stage(stage);
+    const std::int32_t tile_first = lo + n * C::kKeys;
+    const std::int32_t warp_first = tile_first + place.n_index * C::kWarpKeys;
+    const bool all_visible = warp_first >= all_first && warp_first + C::kWarpKeys - 1 <= all_last;
+    const bool general = !all_visible || has_alibi || p.soft_cap > 0.0f;
+    const float to_log2 = general ? kLog2e : score_scale * kLog2e;
+    const ScoreTransform<C> transform{p, rows, place, has_alibi, score_scale, warp_first, all_visible};
+    const OnlineSoftmax<C> soften{general, has_alibi, p, transform, softmax, to_log2, acc};
+    if constexpr (C::kWgmma) {
+      float block[C::kKeyBlocks][4];
+      std::uint32_t probs[C::kKeys / 16][4];
+      warpgroup_tile<C, kQ>(soften, acc, block, probs, reinterpret_cast<const unsigned char*>(q_tile), k_stage,
+                            v_stage);
+    } else {
+      float scores[RB][C::kKeyBlocks][4];
+      std::uint32_t q_fragments[RB][4];
+      warp_scores<C, kQ, kKv>(scores, q_fragments, q, k_stage, place);
+#pragma unroll
+      for (int rb = 0; rb < RB; ++rb) soften(scores[rb], rb);
+      std::uint32_t p_fragments[RB][4];  // not q_fragments again: a second array keeps the code as it was
+      warp_values<C, kKv>(acc, scores, p_fragments, v_stage, place);
+    }
+  }
+#pragma unroll
+  for (int rb = 0; rb < RB; ++rb) softmax[rb].finish();
+  tc::wait_async<0>();
+
+  // Tiles whose warps own whole rows write them from registers; the others merge their warps'
+  // states through the loop region.
+  if constexpr (C::kWarpsN == 1) {
+    write_owned_rows<C, kQ>(p, rows, softmax, acc, place);
+  } else {
+    __syncthreads();  // the loop region becomes the epilogue's
+    const KeyShares<C> shares(loop);
+    stage_key_shares<C>(shares, softmax, acc, place);
+    __syncthreads();
+    float o[4];
+    merge_key_shares<C, kQ>(p, rows, shares, o);
   }
 }
 

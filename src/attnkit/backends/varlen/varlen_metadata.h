@@ -60,6 +60,9 @@ struct VarlenMetadata final : AttentionMetadata {
   VarlenDevicePlan device;
 
   void visit(FieldVisitor& visitor) const override;
+  std::int32_t cascade_prefix_len() const override {
+    return device_plan && device.summary.cascade ? device.summary.prefix_len : 0;
+  }
 };
 
 }  // namespace attnkit

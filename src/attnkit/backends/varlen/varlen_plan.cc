@@ -4,6 +4,7 @@
 #include <climits>
 #include <string>
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -69,9 +70,7 @@ void check_input(const VarlenPlanLimits& limits, const VarlenPlanInput& in, cons
                   ">= the limits' " + str(limits.max_work_items) + " / " + str(limits.max_merge_items));
   ATTNKIT_REQUIRE(in.num_actual_tokens >= 0 && in.num_tokens_padded >= in.num_actual_tokens, "num_tokens_padded",
                   str(in.num_tokens_padded), ">= num_actual_tokens = " + str(in.num_actual_tokens));
-  ATTNKIT_REQUIRE(limits.num_q_heads > 0 && limits.num_kv_heads > 0 && limits.num_q_heads % limits.num_kv_heads == 0,
-                  "num_q_heads/num_kv_heads", str(limits.num_q_heads) + "/" + str(limits.num_kv_heads),
-                  "positive, a multiple");
+  require_layer_shape(limits.num_q_heads, limits.num_kv_heads, limits.head_size, "varlen plan limits");
   for (std::size_t r = 0; r < n; ++r) {
     const std::int32_t q = in.query_start_loc[r + 1] - in.query_start_loc[r];
     ATTNKIT_REQUIRE(q >= 0 && q <= in.seq_lens[r], "request " + str(static_cast<std::int64_t>(r)),
@@ -79,6 +78,32 @@ void check_input(const VarlenPlanLimits& limits, const VarlenPlanInput& in, cons
   }
   ATTNKIT_REQUIRE(in.query_start_loc[n] == in.num_actual_tokens, "query_start_loc[num_reqs]",
                   str(in.query_start_loc[n]), "num_actual_tokens = " + str(in.num_actual_tokens));
+}
+
+// Split-KV chunks are rounded up to whole multiples of 64 keys, the KV tile of most decode tiles
+// (varlen_kernel.cuh, decode_ring; of all of them when the rule was written): a split's CTA then
+// reads its keys in whole tiles, the last split's alone ending short.
+constexpr std::int32_t kSplitChunkAlign = 64;
+
+// `keys` cut into `parts` chunks of whole kSplitChunkAlign keys: the candidate chunk lengths of
+// the split rule and the chunk of every split but the last.
+std::int32_t split_chunk(std::int32_t keys, std::int32_t parts) {
+  return (ceil_div(keys, parts) + kSplitChunkAlign - 1) / kSplitChunkAlign * kSplitChunkAlign;
+}
+
+// How split-KV cuts one request's own keys at a chosen chunk length: the one place the split
+// count and the chunk are computed, for the rule's pricing and for the emitted work items alike.
+struct KeySplit {
+  std::int32_t splits = 1;
+  std::int32_t chunk = 0;       // keys of every split but the last (which runs to the end); 0 = unsplit
+  std::int32_t priced_keys = 0; // the longest split as the rule prices it: own keys / splits, unrounded
+};
+KeySplit split_request(std::int32_t own_keys, std::int32_t split_keys) {
+  KeySplit s;
+  if (split_keys != 0) s.splits = std::clamp(ceil_div(own_keys, split_keys), 1, kVarlenMaxSplits);
+  if (s.splits > 1) s.chunk = split_chunk(own_keys, s.splits);
+  s.priced_keys = ceil_div(std::max(own_keys, 1), s.splits);
+  return s;
 }
 
 // One split choice evaluated by the occupancy rule.
@@ -179,11 +204,11 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
     for (std::int32_t r = 0; r < in.num_reqs; ++r) {
       const RequestShape s = shape_of(limits, in, r, prefix);
       if (s.tiles == 0) continue;
-      const std::int32_t splits =
-          split_keys == 0 ? 1 : std::clamp(ceil_div(s.own_keys, split_keys), 1, kVarlenMaxSplits);
+      const KeySplit split = split_request(s.own_keys, split_keys);
+      const std::int32_t splits = split.splits;
       items += static_cast<std::int64_t>(s.tiles) * splits;
       if (items > capacity) return c;  // infeasible; so is every longer split
-      longest = std::max<std::int64_t>(longest, ceil_div(std::max(s.own_keys, 1), splits));
+      longest = std::max<std::int64_t>(longest, split.priced_keys);
       if (splits > 1 || cascade) {
         partial_rows += static_cast<std::int64_t>(s.query_len) * (splits + (cascade ? 1 : 0));
         most_partials = std::max<std::int64_t>(most_partials, splits + (cascade ? 1 : 0));
@@ -205,7 +230,7 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
                   "the step is larger than the shapes the builder was sized for");
   std::int32_t previous = 0;
   for (std::int32_t k = 2; k <= kVarlenMaxSplits; ++k) {
-    const std::int32_t keys = std::max(kVarlenMinSplitKeys, (ceil_div(max_own_keys, k) + 63) / 64 * 64);
+    const std::int32_t keys = std::max(kVarlenMinSplitKeys, split_chunk(max_own_keys, k));
     if (keys >= max_own_keys || keys == previous) continue;
     previous = keys;
     const SplitChoice c = evaluate(keys);
@@ -238,9 +263,8 @@ VarlenPlanSummary plan_varlen_step(const VarlenPlanLimits& limits, const VarlenP
         out.num_partials[static_cast<std::size_t>(r)] = 0;
       }
       if (s.tiles == 0 || s.decode != (pass == 1)) continue;
-      const std::int32_t splits =
-          best.split_keys == 0 ? 1 : std::clamp(ceil_div(s.own_keys, best.split_keys), 1, kVarlenMaxSplits);
-      const std::int32_t chunk = splits == 1 ? 0 : (ceil_div(s.own_keys, splits) + 63) / 64 * 64;
+      const KeySplit split = split_request(s.own_keys, best.split_keys);
+      const std::int32_t splits = split.splits, chunk = split.chunk;
       const bool partials = splits > 1 || cascade;
       if (partials) {
         out.partial_base[static_cast<std::size_t>(r)] = partial_rows;

@@ -13,6 +13,14 @@ struct LaunchStatus {
   bool ok() const { return cuda_error == 0; }
 };
 
+// What a launcher of a build without nvcc returns (each <name>_none.cc beside its .cu, built only
+// without CUDA): the missing device code as a launch failure with cudaErrorNoDevice's value, which
+// check_launch turns into an Error. Unreachable in practice: without CUDA no platform has device memory.
+inline LaunchStatus launched_without_cuda(const char* kernel) {
+  constexpr int kCudaErrorNoDevice = 100;
+  return {kCudaErrorNoDevice, kernel};
+}
+
 // Throws attnkit::Error(field "kernel <name>", value "<cudaErrorName>: <description>",
 // allowed "cudaSuccess") unless `status.ok()`. Cheap when ok: per-layer code calls it.
 void check_launch(const LaunchStatus& status);

@@ -1,9 +1,9 @@
 // The paged kernel's per-layer constants from a layer's parameters (B5), for the impls that run
-// kernels/common/paged_attention_cpu. The spans point into `params`, which the impl owns.
+// cpu_paged/paged_attention_cpu. The spans point into `params`, which the impl owns.
 #pragma once
 
 #include "attnkit/backends/backend.h"
-#include "attnkit/kernels/common/paged_attention_cpu.h"
+#include "attnkit/backends/cpu_paged/paged_attention_cpu.h"
 
 namespace attnkit {
 

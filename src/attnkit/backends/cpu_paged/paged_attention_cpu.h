@@ -1,5 +1,7 @@
 // The CPU rendition of a paged attention kernel, shared by the backends whose impls differ only in
-// where a request's page list and lengths come from (a 2-D block table row, or a CSR slice).
+// where a request's page list and lengths come from (a 2-D block table row for VARLEN, a CSR slice
+// for CSR_PLAN). It lives in backends/ (not kernels/common, which includes only core) because it
+// reads the KV cache through kv/layout.h's host views.
 // It follows the GPU kernels' loop order: per (request, KV head, query tile) it walks the keys
 // page by page, so each K/V page is read once per tile and serves every query head of its KV
 // head (GQA). Scores and masks come from score.h, normalization from softmax_state.h; float32

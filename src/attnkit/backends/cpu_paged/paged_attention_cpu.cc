@@ -1,8 +1,9 @@
-#include "attnkit/kernels/common/paged_attention_cpu.h"
+#include "attnkit/backends/cpu_paged/paged_attention_cpu.h"
 
 #include <algorithm>
 #include <string>
 
+#include "attnkit/backends/coverage.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit::kernels {
@@ -37,10 +38,7 @@ void check_paged_attention_io(const PagedAttentionParams& params, DType activati
 }
 
 PagedAttentionCpu::PagedAttentionCpu(int num_q_heads, int num_kv_heads, int head_size) {
-  ATTNKIT_REQUIRE(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0, "num_q_heads",
-                  std::to_string(num_q_heads),
-                  "a positive multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")");
-  ATTNKIT_REQUIRE(head_size > 0, "head_size", std::to_string(head_size), "> 0");
+  require_layer_shape(num_q_heads, num_kv_heads, head_size, "the CPU paged kernel's scratch is sized by them");
   group_ = num_q_heads / num_kv_heads;
   head_size_ = head_size;
   const std::size_t rows = sz(kQueryTile) * sz(group_);
