@@ -75,6 +75,17 @@ else()
   endif()
 endif()
 
+# `pip install .` (scikit-build-core sets SKBUILD): nanobind is the pinned one of pyproject.toml's
+# build requirements, installed into the build's Python environment, not .tools/nanobind.
+if(SKBUILD AND attnkit_python_found AND NOT ATTNKIT_PYTHON_INCLUDE)
+  execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir
+                  OUTPUT_VARIABLE attnkit_nanobind_cmake_dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE status)
+  if(status EQUAL 0)
+    # <root>/nanobind/cmake -> <root>
+    get_filename_component(ATTNKIT_NANOBIND_ROOT "${attnkit_nanobind_cmake_dir}/../.." ABSOLUTE)
+  endif()
+endif()
+
 set(attnkit_nanobind_found OFF)
 if(EXISTS "${ATTNKIT_NANOBIND_ROOT}/nanobind/cmake/nanobind-config.cmake")
   set(attnkit_nanobind_found ON)
@@ -83,12 +94,20 @@ elseif(attnkit_python_found)
 endif()
 
 set(attnkit_python_default OFF)
-if(attnkit_python_found AND attnkit_nanobind_found)
+if(ATTNKIT_SANITIZE)
+  # An instrumented extension needs the sanitizer runtime preloaded into the interpreter; the
+  # sanitizer build (cmake/sanitizers.cmake) checks the C++ side only.
+  set(attnkit_python_why "ATTNKIT_SANITIZE=${ATTNKIT_SANITIZE}: sanitizer builds leave the binding out")
+elseif(attnkit_python_found AND attnkit_nanobind_found)
   set(attnkit_python_default ON)
 endif()
 option(ATTNKIT_WITH_PYTHON "Build the Python binding (import attnkit; nanobind)" ${attnkit_python_default})
 
 if(ATTNKIT_WITH_PYTHON)
+  if(ATTNKIT_SANITIZE)
+    message(FATAL_ERROR "ATTNKIT_WITH_PYTHON=ON with ATTNKIT_SANITIZE=${ATTNKIT_SANITIZE}: the extension would need "
+            "the sanitizer runtime preloaded into Python; configure with -DATTNKIT_WITH_PYTHON=OFF")
+  endif()
   if(NOT attnkit_python_found OR NOT attnkit_nanobind_found)
     message(FATAL_ERROR "ATTNKIT_WITH_PYTHON=ON, but ${attnkit_python_why}; run ./scripts/setup.sh (it installs "
             "the pinned nanobind of scripts/python_tools.txt into .tools/nanobind; Debian: python3-dev for "

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what attnkit needs to build and test, only what is missing: the Debian packages, and a
+# Installs what attnkit needs to build and test, only what is missing: the Debian packages (OpenBLAS
+# among them: the CPU model ops' matrix products; clang: the sanitizer build and the fuzzers), and a
 # CMake >= 3.25.2 (C++20 CUDA sources) when the system one is older: PyPI's `cmake` package at a
 # pinned version, into .tools/cmake of this repository (git ignores it). scripts/cmake_path.sh
 # tells the other scripts which cmake to use. Where nvcc exists, the pinned kernel libraries of the
@@ -11,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/cmake_version.sh
 
-packages=(cmake ninja-build make g++ googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
+# clang and its sanitizer/libFuzzer runtimes (libclang-rt-dev): test.sh's sanitizer build and fuzz targets.
+packages=(cmake ninja-build make g++ googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+          libopenblas-dev clang libclang-rt-dev)
 
 missing=()
 for package in "${packages[@]}"; do
