@@ -4,9 +4,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-./scripts/setup.sh >&2
-# The system cmake when it is new enough, else the one setup.sh installed into .tools/cmake.
-cmake="$(./scripts/cmake_path.sh)/cmake"
-"$cmake" -S . -B build -G Ninja >&2
-"$cmake" --build build --target attnkit_cli -j "$(nproc)" >&2
+./scripts/build_cli.sh
 exec build/attnkit demo "$@"

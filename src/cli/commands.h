@@ -14,5 +14,8 @@ void add_backends_command(CLI::App& app, int& exit_code);
 void add_matrix_command(CLI::App& app, int& exit_code);
 void add_select_command(CLI::App& app, int& exit_code);
 void add_replay_command(CLI::App& app, int& exit_code);
+void add_make_model_command(CLI::App& app, int& exit_code);
+void add_generate_command(CLI::App& app, int& exit_code);
+void add_serve_bench_command(CLI::App& app, int& exit_code);
 
 }  // namespace attnkit::cli

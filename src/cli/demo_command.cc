@@ -138,7 +138,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
       options.want_lse = lse;
       options.check_invariants = true;
       options.on_prepared = [&](const ModelRunner& runner) {
-        const CommonAttentionMetadata& common = runner.kv_groups().front().common;
+        const CommonAttentionMetadata& common = runner.kv_groups().front().common();
         if (!printed_common) {
           std::cout << "common metadata:\n";
           print_common_metadata(std::cout, common, 2);

@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   add_matrix_command(app, exit_code);
   add_select_command(app, exit_code);
   add_replay_command(app, exit_code);
+  add_make_model_command(app, exit_code);
+  add_generate_command(app, exit_code);
+  add_serve_bench_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -56,19 +56,11 @@ AttentionConfig to_config(const SelectFlags& f) {
                                  describe_layouts({std::begin(kAllKVLayouts), std::end(kAllKVLayouts)}));
   }
   c.attn_type = parse_or_throw(parse_attention_type(f.attn_type), "--attn-type", f.attn_type,
-                               "decoder, encoder, encoder_only, cross");
-  bool kind_ok = false;
-  for (KVSpecKind k : {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow, KVSpecKind::kRecurrentState}) {
-    if (f.layer_kind == to_string(k)) {
-      c.kv_spec_kind = k;
-      kind_ok = true;
-    }
-  }
-  if (!kind_ok) throw Error("--layer-kind", f.layer_kind, "full_attention, sliding_window, recurrent_state");
+                               describe_attention_types());
+  c.kv_spec_kind = parse_or_throw(parse_kv_spec_kind(f.layer_kind), "--layer-kind", f.layer_kind,
+                                  describe_kv_spec_kinds());
   for (const auto& name : f.features) {
-    c.features.add(parse_or_throw(parse_feature(name), "--feature", name,
-                                  "sliding_window, soft_cap, sinks, alibi, multimodal_prefix, cascade, "
-                                  "context_parallel, return_lse"));
+    c.features.add(parse_or_throw(parse_feature(name), "--feature", name, describe_all_features()));
   }
   if (c.kv_spec_kind == KVSpecKind::kSlidingWindow) c.features.add(Feature::kSlidingWindow);
   c.optimistic_cpu_lengths = f.optimistic;
@@ -106,12 +98,9 @@ void add_select_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-heads", flags->num_kv_heads)->capture_default_str();
   cmd->add_option("--block-size", flags->block_size, "KV-cache (manager) block size in tokens")->capture_default_str();
   cmd->add_option("--layout", flags->layout, "Force a KV layout: fused_hnd, split_nhd, split_hnd");
-  cmd->add_option("--attn-type", flags->attn_type, "decoder, encoder, encoder_only, cross")->capture_default_str();
-  cmd->add_option("--layer-kind", flags->layer_kind, "full_attention, sliding_window, recurrent_state")
-      ->capture_default_str();
-  cmd->add_option("--feature", flags->features,
-                  "Required feature (repeatable): sliding_window, soft_cap, sinks, alibi, multimodal_prefix, "
-                  "cascade, context_parallel, return_lse");
+  cmd->add_option("--attn-type", flags->attn_type, describe_attention_types())->capture_default_str();
+  cmd->add_option("--layer-kind", flags->layer_kind, describe_kv_spec_kinds())->capture_default_str();
+  cmd->add_option("--feature", flags->features, "Required feature (repeatable): " + describe_all_features());
   cmd->add_flag("--optimistic-cpu-lengths", flags->optimistic, "Host lengths are upper bounds (async speculation)");
   cmd->callback([flags, &exit_code] {
     const AttentionConfig config = to_config(*flags);

@@ -20,12 +20,14 @@ std::string quoted(const std::string& arg) {
   return q + "'";
 }
 
+}  // namespace
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-
-}  // namespace
 
 CliRun run_cli(const std::vector<std::string>& args) {
   const CliScratch io("io");

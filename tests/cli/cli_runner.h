@@ -16,6 +16,11 @@ struct CliRun {
 // `args` are passed verbatim, each single-quoted for the shell.
 CliRun run_cli(const std::vector<std::string>& args);
 
+// True when `part` occurs in `text`.
+bool has(const std::string& text, const std::string& part);
+// A file's bytes ("" when it cannot be read).
+std::string slurp(const std::string& path);
+
 // A fresh scratch directory for the running test, removed by the destructor.
 class CliScratch {
  public:

@@ -30,8 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -55,7 +53,7 @@ TEST(CliDemo, ReproducesTheWorkedExample) {
 }
 
 TEST(CliHelp, EverySubcommandExplainsItselfAndExitsZero) {
-  for (const std::string sub : {"demo", "backends", "matrix", "select", "replay"}) {
+  for (const std::string sub : {"demo", "backends", "matrix", "select", "replay", "make-model"}) {
     const CliRun run = run_cli({sub, "--help"});
     EXPECT_EQ(run.exit_code, 0) << sub << ": " << run.both();
     EXPECT_TRUE(has(run.both(), sub)) << sub << " help does not name the subcommand: " << run.both();
@@ -69,7 +67,7 @@ TEST(CliHelp, StatesTheExitCodesAtTheTopAndForEverySubcommand) {
   const std::string footer = "Exit codes: 0 ok, 1 invalid configuration or input, 2 usage, 3 internal error";
   const CliRun top = run_cli({"--help"});
   EXPECT_TRUE(has(top.out, footer)) << top.out;
-  for (const std::string sub : {"demo", "backends", "matrix", "select", "replay"}) {
+  for (const std::string sub : {"demo", "backends", "matrix", "select", "replay", "make-model"}) {
     EXPECT_TRUE(has(run_cli({sub, "--help"}).out, footer)) << sub;
   }
 }

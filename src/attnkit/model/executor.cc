@@ -1,0 +1,542 @@
+#include "attnkit/model/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "attnkit/core/error.h"
+#include "attnkit/platform/workspace.h"
+
+namespace attnkit {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+std::int32_t ceil_div(std::int64_t a, std::int64_t b) { return static_cast<std::int32_t>((a + b - 1) / b); }
+bool on_cuda(const ExecutorConfig& c) { return c.platform.kind == PlatformKind::kCuda; }
+
+// Waits for the step's stream on CUDA. The CPU platform's work is done when its calls return, and its
+// stream is no CUDA stream: in a CUDA build, synchronizing it would ask a driver that a machine
+// without a GPU does not have.
+void wait_for(const ExecutorConfig& c, Stream stream) {
+  if (on_cuda(c)) synchronize(stream);
+}
+
+std::string layer_name(const ModelArch& a, std::int64_t i) {
+  return a.weight_prefix + "layers." + std::to_string(i) + ".self_attn";
+}
+
+// A matrix of `rows` x `cols` at `data` (dense rows).
+ActMat mat(void* data, DType dtype, std::int64_t rows, std::int64_t cols) { return {data, dtype, rows, cols, cols}; }
+
+// [rows, heads, head_size] view of the columns of `m` (its rows `ld` elements apart).
+TensorView heads_view(const ActMat& m, std::int64_t heads, std::int64_t head_size, MemorySpace space) {
+  TensorView t;
+  t.data = m.data;
+  t.dtype = m.dtype;
+  t.ndim = 3;
+  t.shape = {m.rows, heads, head_size, 1};
+  t.stride = {m.ld, head_size, 1, 0};
+  t.space = space;
+  return t;
+}
+
+}  // namespace
+
+std::vector<LayerSpec> attention_layers(const ModelArch& a, DType attention_dtype, std::int32_t block_size) {
+  std::vector<LayerSpec> specs;
+  for (std::int64_t i = 0; i < a.num_layers; ++i) {
+    const LayerArch& la = a.layers[static_cast<std::size_t>(i)];
+    LayerSpec l;
+    l.name = layer_name(a, i);
+    l.params.num_q_heads = static_cast<int>(a.num_q_heads);
+    l.params.num_kv_heads = static_cast<int>(a.num_kv_heads);
+    l.params.head_size = static_cast<int>(a.head_dim);
+    l.params.scale = static_cast<float>(a.attention_scale);
+    if (la.sliding_window) l.params.sliding_window = static_cast<int>(*la.sliding_window);
+    if (a.attn_logit_softcap) l.params.soft_cap = static_cast<float>(*a.attn_logit_softcap);
+    l.params.dtype = attention_dtype;
+    l.params.kv_cache_dtype = attention_dtype;
+    l.kv_spec.kind = la.sliding_window ? KVSpecKind::kSlidingWindow : KVSpecKind::kFullAttention;
+    l.kv_spec.sliding_window = la.sliding_window ? static_cast<int>(*la.sliding_window) : 0;
+    l.kv_spec.block_size = block_size;
+    l.kv_spec.num_kv_heads = static_cast<int>(a.num_kv_heads);
+    l.kv_spec.head_size = static_cast<int>(a.head_dim);
+    l.kv_spec.dtype = attention_dtype;
+    specs.push_back(std::move(l));
+  }
+  return specs;
+}
+
+// The step's fixed-address buffers, sized once for max_num_tokens / max_num_reqs (C3).
+struct ModelExecutor::Buffers {
+  // Index arrays the device reads, written into a pinned mirror and uploaded once per step.
+  Workspace indices;
+  WorkspaceRegion<std::int32_t> token_ids, positions, head_rows;
+  // Activations (the ops' dtype and memory).
+  DeviceArray<std::byte> x, h, qkv, q, attn, tmp, gate_up, act, head_in, logits, logits_f32;
+  // The CPU platform's attention inputs in the attention dtype (CUDA reads the activations).
+  DeviceArray<std::byte> q_att, k_att, v_att, out_att;
+  // Host arrays of the step, in the runner's order unless named otherwise.
+  StepOrder order;
+  std::vector<std::int32_t> ids, lens, computed;                 // runner order
+  std::vector<std::int32_t> sched_ids, sched_lens, sched_tokens;  // scheduler order
+  std::vector<std::vector<std::int32_t>> rows;                    // per KV group
+  std::vector<std::int32_t> row_stride;                           // per KV group
+  std::vector<ManagerBlockTable> tables;
+  StepInput step;
+  std::vector<float> logits_host, logits_out, all_host, all_out;
+  DeviceArray<std::int32_t> argmax;                       // [head rows], the ops' memory
+  std::vector<std::int32_t> argmax_host, greedy_out;      // runner order, scheduler order
+  std::int32_t head_count = 0;  // rows the LM head computes this step
+  // CUDA graphs per padded token count: seen once eagerly, then captured.
+  std::map<std::int32_t, CapturedGraph> graphs;
+  std::map<std::int32_t, int> seen;
+  OwnedStream stream;
+};
+
+// Host wall clock per part of a step; with profiling on CUDA, each part first waits for the
+// stream (the parts then do not overlap the host: a diagnostic mode).
+class ModelExecutor::Timer {
+ public:
+  Timer(bool sync, Stream stream) : sync_(sync), stream_(stream), start_(Clock::now()), last_(start_) {}
+  void lap(double StepTimes::*part) {
+    if (sync_) synchronize(stream_);
+    const auto now = Clock::now();
+    times_.*part += std::chrono::duration<double, std::micro>(now - last_).count();
+    last_ = now;
+  }
+  StepTimes finish() {
+    if (sync_) synchronize(stream_);
+    times_.total = std::chrono::duration<double, std::micro>(Clock::now() - start_).count();
+    return times_;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool sync_;
+  Stream stream_;
+  Clock::time_point start_, last_;
+  StepTimes times_;
+};
+
+ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
+    : arch_(model.arch), config_(std::move(config)) {
+  const bool cuda = on_cuda(config_);
+  max_model_len_ = config_.max_model_len > 0
+                       ? config_.max_model_len
+                       : static_cast<std::int32_t>(std::min<std::int64_t>(arch_.max_position_embeddings, 4096));
+  ATTNKIT_REQUIRE(max_model_len_ >= 1, "max_model_len", str(max_model_len_), ">= 1");
+  attention_dtype_ = config_.attention_dtype.value_or(cuda ? DType::kBFloat16 : DType::kFloat16);
+  ops_ = cuda ? make_cuda_model_ops() : make_cpu_model_ops();
+  weights_ = load_model_weights(model, *ops_);
+  buffers_ = std::make_unique<Buffers>();
+  buffers_->stream = OwnedStream(cuda);
+  stream_ = buffers_->stream.get();
+
+  std::vector<LayerSpec> layers = attention_layers(arch_, attention_dtype_, config_.block_size);
+  RunnerConfig rc;
+  rc.platform = config_.platform;
+  rc.backend = config_.backend;
+  rc.max_num_reqs = config_.max_num_reqs;
+  rc.max_num_tokens = config_.max_num_tokens;
+  rc.max_model_len = max_model_len_;
+  rc.num_manager_blocks =
+      config_.num_blocks > 0 ? config_.num_blocks : kv_blocks_for_memory_budget(layers, config_.kv_memory_bytes);
+  rc.cascade = config_.cascade;
+  rc.capture_sizes = config_.capture_sizes;
+  rc.log = config_.log;
+  runner_ = std::make_unique<ModelRunner>(std::move(layers), std::move(rc));
+  for (std::int32_t i = 0; i < runner_->num_layers(); ++i) layer_ids_.push_back(runner_->layer_id_at(i));
+  allocate_buffers();
+}
+
+ModelExecutor::~ModelExecutor() = default;
+
+std::int32_t ModelExecutor::num_blocks(std::int32_t group) const {
+  return runner_->kv_groups().at(static_cast<std::size_t>(group)).geometry.num_manager_blocks;
+}
+
+std::optional<std::int32_t> ModelExecutor::group_window(std::int32_t group) const {
+  const KVCacheSpec& spec = runner_->kv_groups().at(static_cast<std::size_t>(group)).geometry.spec;
+  if (spec.kind != KVSpecKind::kSlidingWindow) return std::nullopt;
+  return spec.sliding_window;
+}
+
+void ModelExecutor::allocate_buffers() {
+  Buffers& b = *buffers_;
+  MemoryResource& mem = ops_->memory();
+  const std::int64_t t = config_.max_num_tokens, r = config_.max_num_reqs;
+  const std::size_t act = size_of(ops_->activation_dtype());
+  const std::int64_t h = arch_.hidden_size, d = arch_.head_dim;
+  const std::int64_t q = arch_.num_q_heads * d, kv = arch_.num_kv_heads * d, inter = arch_.intermediate_size;
+  const std::int64_t head_rows = config_.all_logits ? t : r;
+  const auto bytes = [](std::int64_t n, std::size_t e) { return static_cast<std::size_t>(n) * e; };
+  b.x = DeviceArray<std::byte>(mem, bytes(t * h, act));
+  b.h = DeviceArray<std::byte>(mem, bytes(t * h, act));
+  b.qkv = DeviceArray<std::byte>(mem, bytes(t * (q + 2 * kv), act));
+  b.q = DeviceArray<std::byte>(mem, bytes(t * q, act));
+  b.attn = DeviceArray<std::byte>(mem, bytes(t * q, act));
+  b.tmp = DeviceArray<std::byte>(mem, bytes(t * h, act));
+  b.gate_up = DeviceArray<std::byte>(mem, bytes(t * 2 * inter, act));
+  b.act = DeviceArray<std::byte>(mem, bytes(t * inter, act));
+  b.head_in = DeviceArray<std::byte>(mem, bytes(head_rows * h, act));
+  b.logits = DeviceArray<std::byte>(mem, bytes(head_rows * arch_.vocab_size, act));
+  b.logits_f32 = DeviceArray<std::byte>(mem, bytes(head_rows * arch_.vocab_size, sizeof(float)));
+  if (attention_dtype_ != ops_->activation_dtype()) {
+    const std::size_t att = size_of(attention_dtype_);
+    b.q_att = DeviceArray<std::byte>(mem, bytes(t * q, att));
+    b.k_att = DeviceArray<std::byte>(mem, bytes(t * kv, att));
+    b.v_att = DeviceArray<std::byte>(mem, bytes(t * kv, att));
+    b.out_att = DeviceArray<std::byte>(mem, bytes(t * q, att));
+  }
+  WorkspaceLayout layout;
+  const std::size_t ids_at = layout.add<std::int32_t>(static_cast<std::size_t>(t));
+  const std::size_t pos_at = layout.add<std::int32_t>(static_cast<std::size_t>(t));
+  const std::size_t rows_at = layout.add<std::int32_t>(static_cast<std::size_t>(head_rows));
+  b.indices = Workspace(layout, mem, on_cuda(config_) ? pinned_host_memory() : host_memory());
+  b.token_ids = b.indices.region<std::int32_t>(ids_at, static_cast<std::size_t>(t));
+  b.positions = b.indices.region<std::int32_t>(pos_at, static_cast<std::size_t>(t));
+  b.head_rows = b.indices.region<std::int32_t>(rows_at, static_cast<std::size_t>(head_rows));
+  std::fill_n(b.token_ids.host, t, 0);  // padding rows: token 0 at position 0
+  std::fill_n(b.positions.host, t, 0);
+  std::fill_n(b.head_rows.host, head_rows, 0);
+  const std::size_t groups = runner_->kv_groups().size();
+  b.rows.resize(groups);
+  b.row_stride.resize(groups);
+  for (std::size_t g = 0; g < groups; ++g) {
+    b.row_stride[g] = runner_->kv_groups()[g].max_manager_blocks_per_req();
+    b.rows[g].assign(static_cast<std::size_t>(r * b.row_stride[g]), 0);
+  }
+  b.tables.resize(groups);
+  b.logits_host.resize(static_cast<std::size_t>(r * arch_.vocab_size));
+  b.argmax = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(head_rows));
+  b.argmax_host.resize(static_cast<std::size_t>(r));
+  b.greedy_out.resize(static_cast<std::size_t>(r));
+  b.logits_out.resize(b.logits_host.size());
+  if (config_.all_logits) {
+    b.all_host.resize(static_cast<std::size_t>(t * arch_.vocab_size));
+    b.all_out.resize(b.all_host.size());
+  }
+}
+
+// Every request is refused here, naming it and the field, before the step changes any state.
+void ModelExecutor::check_requests(std::span<const StepRequest> requests) const {
+  ATTNKIT_REQUIRE(!requests.empty() && requests.size() <= static_cast<std::size_t>(config_.max_num_reqs),
+                  "requests", str(static_cast<std::int64_t>(requests.size())),
+                  "[1, max_num_reqs " + str(config_.max_num_reqs) + "]");
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const StepRequest& r = requests[i];
+    const std::string where = "requests[" + str(static_cast<std::int64_t>(i)) + "] (id " + str(r.id) + ")";
+    ATTNKIT_REQUIRE(!r.tokens.empty(), where + ".tokens", "empty", ">= 1 token");
+    for (std::int32_t t : r.tokens) {
+      ATTNKIT_REQUIRE(t >= 0 && t < arch_.vocab_size, where + ".tokens", str(t),
+                      "[0, vocab_size " + str(arch_.vocab_size) + ")");
+    }
+    const std::int64_t seq_len =
+        static_cast<std::int64_t>(r.num_computed_tokens) + static_cast<std::int64_t>(r.tokens.size());
+    ATTNKIT_REQUIRE(
+        r.num_computed_tokens >= 0 && seq_len <= max_model_len_, where + " length",
+        str(r.num_computed_tokens) + " computed + " + str(static_cast<std::int64_t>(r.tokens.size())) + " new",
+        "<= max_model_len " + str(max_model_len_));
+    ATTNKIT_REQUIRE(r.blocks.size() == static_cast<std::size_t>(num_kv_groups()), where + ".blocks",
+                    str(static_cast<std::int64_t>(r.blocks.size())) + " groups",
+                    str(num_kv_groups()) + " (one per KV group)");
+    for (std::size_t g = 0; g < r.blocks.size(); ++g) {
+      const std::int32_t need = ceil_div(seq_len, config_.block_size);
+      ATTNKIT_REQUIRE(static_cast<std::int64_t>(r.blocks[g].size()) >= need &&
+                          r.blocks[g].size() <= static_cast<std::size_t>(buffers_->row_stride[g]),
+                      where + ".blocks[" + str(static_cast<std::int64_t>(g)) + "]",
+                      str(static_cast<std::int64_t>(r.blocks[g].size())) + " blocks",
+                      "[" + str(need) + ", " + str(buffers_->row_stride[g]) + "] for " + str(seq_len) + " tokens");
+    }
+    tokens += static_cast<std::int64_t>(r.tokens.size());
+  }
+  ATTNKIT_REQUIRE(tokens <= config_.max_num_tokens, "tokens of the step", str(tokens),
+                  "<= max_num_tokens " + str(config_.max_num_tokens));
+}
+
+// M3: the step in the runner's order, built from the scheduler's by the order itself: request
+// arrays, block rows, and the token ids and positions that make Q/K/V follow by construction.
+void ModelExecutor::build_step(std::span<const StepRequest> requests) {
+  Buffers& b = *buffers_;
+  const std::size_t n = requests.size();
+  b.sched_ids.resize(n);
+  b.sched_lens.resize(n);
+  b.sched_tokens.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    b.sched_ids[i] = requests[i].id;
+    b.sched_lens[i] = static_cast<std::int32_t>(requests[i].tokens.size());
+    b.sched_tokens.insert(b.sched_tokens.end(), requests[i].tokens.begin(), requests[i].tokens.end());
+  }
+  runner_->order_requests(b.sched_ids, b.sched_lens, b.order);
+  const StepOrder& order = b.order;
+  const std::int32_t tokens = order.num_tokens();
+  b.ids.assign(order.request_ids().begin(), order.request_ids().end());
+  b.lens.assign(order.query_lens().begin(), order.query_lens().end());
+  b.computed.resize(n);
+  order.apply_tokens<std::int32_t>(b.sched_tokens, std::span<std::int32_t>(b.token_ids.host, b.token_ids.capacity));
+  for (std::size_t i = 0; i < n; ++i) {
+    const StepRequest& r = requests[static_cast<std::size_t>(order.order()[i])];
+    b.computed[i] = r.num_computed_tokens;
+    const std::int32_t start = order.query_start_loc()[i];
+    for (std::int32_t t = 0; t < b.lens[i]; ++t) b.positions.host[start + t] = r.num_computed_tokens + t;
+    for (std::size_t g = 0; g < b.rows.size(); ++g) {
+      std::copy(r.blocks[g].begin(), r.blocks[g].end(),
+                b.rows[g].begin() + static_cast<std::ptrdiff_t>(i) * b.row_stride[g]);
+    }
+  }
+  // Padding rows of a captured shape: token 0 at position 0 (their slots are padding, K/V unused).
+  const StepShape shape = runner_->shape_for(static_cast<std::int32_t>(n), tokens);
+  std::fill(b.token_ids.host + tokens, b.token_ids.host + shape.num_tokens_padded, 0);
+  std::fill(b.positions.host + tokens, b.positions.host + shape.num_tokens_padded, 0);
+  // The LM head's rows: each request's last token, or every row when all logits are asked for;
+  // as many as the padded shape has (a captured graph's head covers every step of its shape), the
+  // padding rows reading row 0.
+  const std::int32_t real = config_.all_logits ? tokens : static_cast<std::int32_t>(n);
+  b.head_count = config_.all_logits ? shape.num_tokens_padded : shape.num_reqs_padded;
+  for (std::int32_t i = 0; i < b.head_count; ++i) {
+    const bool live = i < real;
+    b.head_rows.host[i] = !live                ? 0
+                          : config_.all_logits ? i
+                                               : order.query_start_loc()[static_cast<std::size_t>(i) + 1] - 1;
+  }
+  for (std::size_t g = 0; g < b.rows.size(); ++g) {
+    b.tables[g] = ManagerBlockTable{
+        std::span<const std::int32_t>(b.rows[g]).first(n * static_cast<std::size_t>(b.row_stride[g])), b.row_stride[g]};
+  }
+  b.step = StepInput{};
+  b.step.order = &b.order;
+  b.step.request_ids = b.ids;
+  b.step.query_lens = b.lens;
+  b.step.num_computed_tokens = b.computed;
+  b.step.block_tables = b.tables;
+}
+
+const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, StepResult result) {
+  ATTNKIT_REQUIRE(result == StepResult::kLogits || !config_.all_logits, "execute.result", "kGreedyTokens",
+                  "kLogits while ExecutorConfig::all_logits is on");
+  check_requests(requests);
+  Timer timer(profiling_ && on_cuda(config_), stream_);
+  build_step(requests);
+  Buffers& b = *buffers_;
+  const auto n = static_cast<std::int32_t>(requests.size());
+  const std::int32_t padded = runner_->shape_for(n, b.order.num_tokens()).num_tokens_padded;
+  output_.graph_replayed = false;
+  if (!run_step_graph(padded)) run_step_eager(padded, timer);
+  if (result == StepResult::kGreedyTokens) {
+    finish_greedy_tokens(requests);
+  } else {
+    finish_logits();
+    output_.greedy_tokens = {};
+  }
+  output_.num_reqs = n;
+  output_.num_tokens = b.order.num_tokens();
+  output_.vocab_size = arch_.vocab_size;
+  output_.graph_mode = runner_->graph_mode();
+  output_.cascade_prefix_len = runner_->cascade_prefix_len();
+  output_.times = timer.finish();
+  return output_;
+}
+
+void ModelExecutor::run_step_eager(std::int32_t padded, Timer& timer) {
+  Buffers& b = *buffers_;
+  b.indices.upload(b.indices.bytes(), stream_);
+  runner_->prepare_step(b.step, stream_);
+  timer.lap(&StepTimes::prepare_step);
+  run_forward(padded, timer);
+}
+
+// A padded shape with a capture size and a full graph mode: the first time eagerly (warm-up),
+// the second time captured, then replayed; the host writes the mirrors, the graph copies them.
+bool ModelExecutor::run_step_graph(std::int32_t padded) {
+  Buffers& b = *buffers_;
+  const auto& sizes = config_.capture_sizes;
+  if (!on_cuda(config_) || std::find(sizes.begin(), sizes.end(), padded) == sizes.end() ||
+      runner_->graph_mode_for(b.lens) != GraphMode::kFull) {
+    return false;
+  }
+  CapturedGraph& graph = b.graphs[padded];
+  if (!graph.ready()) {
+    if (b.seen[padded]++ == 0) return false;  // the eager warm-up of this shape
+    wait_for(config_, stream_);  // nothing may still read the mirrors
+    Timer ignored(false, stream_);
+    graph.capture(stream_, [&] {
+      b.indices.upload(b.indices.bytes(), stream_);
+      runner_->prepare_step(b.step, stream_);
+      run_forward(padded, ignored);
+    });
+  }
+  runner_->plan_step(b.step);
+  graph.launch(stream_);
+  runner_->plan_consumed(stream_);
+  output_.graph_replayed = true;
+  return true;
+}
+
+void ModelExecutor::run_forward(std::int32_t rows, Timer& timer) {
+  Buffers& b = *buffers_;
+  ModelOps& ops = *ops_;
+  const DType act = ops.activation_dtype();
+  const std::int64_t h = arch_.hidden_size;
+  const ActMat x = mat(b.x.data(), act, rows, h), hn = mat(b.h.data(), act, rows, h);
+  ops.embed(b.token_ids.device, rows, weights_.embedding, static_cast<float>(arch_.embedding_scale), x, stream_);
+  ops.rms_norm(x, weights_.layers.front().input_norm, hn, stream_);
+  timer.lap(&StepTimes::other);
+  {
+    ForwardContextScope scope(runner_->forward_context());
+    for (std::size_t l = 0; l < weights_.layers.size(); ++l) run_layer(l, rows, timer);
+    scope.close();
+  }
+  run_head(rows, timer);
+}
+
+// One decoder layer; on entry h holds input_norm(x), on exit the next layer's input norm (or the
+// final norm) of the updated residual x.
+void ModelExecutor::run_layer(std::size_t l, std::int32_t rows, Timer& timer) {
+  Buffers& b = *buffers_;
+  ModelOps& ops = *ops_;
+  const LayerWeights& w = weights_.layers[l];
+  const DType act = ops.activation_dtype();
+  const std::int64_t h = arch_.hidden_size, d = arch_.head_dim, inter = arch_.intermediate_size;
+  const std::int64_t q = arch_.num_q_heads * d, kv = arch_.num_kv_heads * d;
+  const ActMat x = mat(b.x.data(), act, rows, h), hn = mat(b.h.data(), act, rows, h);
+  const ActMat qkv = mat(b.qkv.data(), act, rows, q + 2 * kv), tmp = mat(b.tmp.data(), act, rows, h);
+  ops.linear(hn, w.qkv, w.qkv_bias, qkv, stream_);
+  timer.lap(&StepTimes::gemm);
+  const ActMat q_in = qkv.cols_at(0, q), k = qkv.cols_at(q, kv), v = qkv.cols_at(q + kv, kv);
+  const ActMat q_dense = mat(b.q.data(), act, rows, q);
+  ops.qk_norm_rope(q_in, k, static_cast<std::int32_t>(arch_.num_q_heads), static_cast<std::int32_t>(arch_.num_kv_heads),
+                   w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr, w.rope, b.positions.device,
+                   q_dense, stream_);
+  timer.lap(&StepTimes::other);
+  const ActMat attn = mat(b.attn.data(), act, rows, q);
+  run_attention(l, rows, q_dense, k, v, attn);
+  timer.lap(&StepTimes::attention);
+  ops.linear(attn, w.o, nullptr, tmp, stream_);
+  timer.lap(&StepTimes::gemm);
+  if (arch_.sandwich_norms) {
+    ops.rms_norm(tmp, w.post_attention_norm, tmp, stream_);
+    ops.add_rms_norm(x, tmp, w.pre_feedforward_norm, hn, stream_);
+  } else {
+    ops.add_rms_norm(x, tmp, w.post_attention_norm, hn, stream_);
+  }
+  timer.lap(&StepTimes::other);
+  const ActMat gate_up = mat(b.gate_up.data(), act, rows, 2 * inter), a = mat(b.act.data(), act, rows, inter);
+  ops.linear(hn, w.gate_up, nullptr, gate_up, stream_);
+  timer.lap(&StepTimes::gemm);
+  ops.gated_activation(gate_up, arch_.activation, a, stream_);
+  timer.lap(&StepTimes::other);
+  ops.linear(a, w.down, nullptr, tmp, stream_);
+  timer.lap(&StepTimes::gemm);
+  if (arch_.sandwich_norms) ops.rms_norm(tmp, w.post_feedforward_norm, tmp, stream_);
+  const NormSpec& next = l + 1 < weights_.layers.size() ? weights_.layers[l + 1].input_norm : weights_.final_norm;
+  ops.add_rms_norm(x, tmp, next, hn, stream_);
+  timer.lap(&StepTimes::other);
+}
+
+// The layer's KV update and attention through the runner (by layer id, inside the step's forward
+// context). On the CPU the activations are fp32 and the CPU backends read float16/bfloat16: Q/K/V
+// are converted into the attention dtype and the output back.
+void ModelExecutor::run_attention(std::size_t l, std::int32_t rows, const ActMat& q, const ActMat& k, const ActMat& v,
+                                  const ActMat& out) {
+  Buffers& b = *buffers_;
+  const std::int64_t hq = arch_.num_q_heads, hk = arch_.num_kv_heads, d = arch_.head_dim;
+  const MemorySpace space = ops_->memory().space();
+  if (attention_dtype_ == ops_->activation_dtype()) {
+    ModelRunner::unified_attention(layer_ids_[l], heads_view(q, hq, d, space), heads_view(k, hk, d, space),
+                                   heads_view(v, hk, d, space), heads_view(out, hq, d, space), TensorView{}, stream_);
+    return;
+  }
+  const ActMat qa = mat(b.q_att.data(), attention_dtype_, rows, hq * d),
+               ka = mat(b.k_att.data(), attention_dtype_, rows, hk * d);
+  const ActMat va = mat(b.v_att.data(), attention_dtype_, rows, hk * d),
+               oa = mat(b.out_att.data(), attention_dtype_, rows, hq * d);
+  ops_->convert(q, qa, stream_);
+  ops_->convert(k, ka, stream_);
+  ops_->convert(v, va, stream_);
+  ModelRunner::unified_attention(layer_ids_[l], heads_view(qa, hq, d, space), heads_view(ka, hk, d, space),
+                                 heads_view(va, hk, d, space), heads_view(oa, hq, d, space), TensorView{}, stream_);
+  ops_->convert(oa, out, stream_);
+}
+
+// The final norm is in h (the last layer's add_rms_norm); the LM head runs on the rows whose logits
+// are wanted only, then Gemma-2's final soft-cap and the conversion to float32.
+void ModelExecutor::run_head(std::int32_t rows, Timer& timer) {
+  Buffers& b = *buffers_;
+  ModelOps& ops = *ops_;
+  const DType act = ops.activation_dtype();
+  const std::int64_t h = arch_.hidden_size, vocab = arch_.vocab_size;
+  const std::int32_t count = b.head_count;
+  const ActMat hn = mat(b.h.data(), act, rows, h), head_in = mat(b.head_in.data(), act, count, h);
+  ops.gather_rows(hn, b.head_rows.device, count, head_in, stream_);
+  timer.lap(&StepTimes::other);
+  const ActMat logits = mat(b.logits.data(), act, count, vocab);
+  ops.linear(head_in, weights_.lm_head, nullptr, logits, stream_);
+  timer.lap(&StepTimes::gemm);
+  if (arch_.final_logit_softcap) ops.soft_cap(logits, static_cast<float>(*arch_.final_logit_softcap), stream_);
+  ops.convert(logits, mat(b.logits_f32.data(), DType::kFloat32, count, vocab), stream_);
+  timer.lap(&StepTimes::other);
+}
+
+// The one device-to-host copy of the step, then the rows back into the scheduler's order.
+void ModelExecutor::finish_logits() {
+  Buffers& b = *buffers_;
+  const StepOrder& order = b.order;
+  const auto vocab = static_cast<std::size_t>(arch_.vocab_size);
+  const auto n = static_cast<std::size_t>(order.num_reqs());
+  wait_for(config_, stream_);
+  std::vector<float>& host = config_.all_logits ? b.all_host : b.logits_host;
+  const std::size_t rows = static_cast<std::size_t>(config_.all_logits ? order.num_tokens() : order.num_reqs());
+  ops_->memory().copy_to_host(host.data(), b.logits_f32.data(), rows * vocab * sizeof(float));
+  if (config_.all_logits) {
+    // Row t of the step is the scheduler's token row order.apply_tokens maps; move rows back.
+    const auto qsl = order.query_start_loc();
+    const auto sched_qsl = order.scheduler_query_start_loc();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(order.order()[i]);
+      const auto len = static_cast<std::size_t>(order.query_lens()[i]);
+      std::copy_n(b.all_host.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(qsl[i]) * vocab),
+                  len * vocab,
+                  b.all_out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(sched_qsl[r]) * vocab));
+      std::copy_n(
+          b.all_out.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(sched_qsl[r]) + len - 1) * vocab),
+          vocab, b.logits_out.begin() + static_cast<std::ptrdiff_t>(r * vocab));
+    }
+    output_.all_logits = std::span<const float>(b.all_out).first(static_cast<std::size_t>(order.num_tokens()) * vocab);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(order.order()[i]);
+      std::copy_n(b.logits_host.begin() + static_cast<std::ptrdiff_t>(i * vocab), vocab,
+                  b.logits_out.begin() + static_cast<std::ptrdiff_t>(r * vocab));
+    }
+    output_.all_logits = {};
+  }
+  output_.logits = std::span<const float>(b.logits_out).first(n * vocab);
+}
+
+// Greedy choice on the step's platform: one argmax per request row, then n token ids to the host
+// (the step's one device-to-host copy) and back into the scheduler's order.
+void ModelExecutor::finish_greedy_tokens(std::span<const StepRequest> requests) {
+  Buffers& b = *buffers_;
+  const StepOrder& order = b.order;
+  const auto n = static_cast<std::size_t>(order.num_reqs());
+  ops_->argmax_rows(mat(b.logits_f32.data(), DType::kFloat32, b.head_count, arch_.vocab_size), b.argmax.data(),
+                    stream_);
+  wait_for(config_, stream_);
+  ops_->memory().copy_to_host(b.argmax_host.data(), b.argmax.data(), n * sizeof(std::int32_t));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(order.order()[i]);
+    ATTNKIT_REQUIRE(b.argmax_host[i] >= 0, "logits of request " + std::to_string(requests[r].id), "a non-finite value",
+                    "finite values", "the model produced a non-finite logit");
+    b.greedy_out[r] = b.argmax_host[i];
+  }
+  output_.greedy_tokens = std::span<const std::int32_t>(b.greedy_out).first(n);
+  output_.logits = {};
+  output_.all_logits = {};
+}
+
+}  // namespace attnkit

@@ -1,0 +1,145 @@
+// M2/M3: a Hugging Face decoder run through the attention layer. The executor owns the step's
+// token order: it takes requests in the scheduler's order, asks the runner for its order, builds
+// token ids and positions (and so Q/K/V) in it, and returns logits in the scheduler's order. Per
+// layer: norm, fused QKV product, q/k norm and RoPE, KV update and attention through the runner by
+// layer id, output product, MLP; then the final norm and the LM head on each request's last token.
+//
+// Hot path (execute): no allocation in steady state, everything on the executor's stream, one
+// device-to-host copy per step (the logits). On CUDA a step whose padded shape has a capture size
+// and whose graph mode is full runs as one CUDA graph of the whole forward (captured the second
+// time that shape is seen, after an eager warm-up of the first).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/model/checkpoint.h"
+#include "attnkit/model/model_weights.h"
+#include "attnkit/model/ops.h"
+#include "attnkit/runner/model_runner.h"
+
+namespace attnkit {
+
+struct ExecutorConfig {
+  Platform platform = Platform::cpu();
+  std::optional<std::string> backend;  // the attention backend of every layer; nullopt = auto (S3)
+  std::int32_t max_num_reqs = 8;
+  std::int32_t max_num_tokens = 512;
+  std::int32_t max_model_len = 0;  // 0: min(max_position_embeddings, 4096)
+  std::int32_t block_size = 16;    // tokens per KV block of every group (the block manager's)
+  std::int32_t num_blocks = 0;     // blocks per KV group; 0: from kv_memory_bytes
+  std::size_t kv_memory_bytes = std::size_t{64} << 20;
+  // The dtype attention reads and the cache holds: CPU default float16 (the CPU backends compute
+  // in float16/bfloat16; REFERENCE also float32), CUDA default bfloat16 (the activations').
+  std::optional<DType> attention_dtype;
+  std::vector<std::int32_t> capture_sizes;  // CUDA graphs of whole steps at these token counts
+  CascadePolicy cascade = CascadePolicy::kHeuristic;
+  bool all_logits = false;  // also the logits of every position (validation)
+  std::function<void(std::string_view)> log;
+};
+
+// What a step hands back to the host: every request's logits (any sampler), or only each request's
+// greedy token, chosen on the step's platform, so that a decode step of a large batch copies a few
+// bytes per request instead of the vocabulary's logits.
+enum class StepResult : std::uint8_t { kLogits, kGreedyTokens };
+
+// One request of a step, in the scheduler's order.
+struct StepRequest {
+  std::int32_t id = 0;
+  std::span<const std::int32_t> tokens;  // this step's new tokens
+  std::int32_t num_computed_tokens = 0;  // tokens of the request already in the KV cache
+  // Per KV-cache group (ModelExecutor::kv_groups order): the request's block ids, at least
+  // ceil((num_computed_tokens + tokens.size()) / block_size) of them.
+  std::span<const std::span<const std::int32_t>> blocks;
+};
+
+// Where a step's time went, microseconds. On the CPU the host's wall clock around each part; on
+// CUDA (profile on) GPU events around each part of an eager step, the whole replay for a graph.
+struct StepTimes {
+  double prepare_step = 0;  // order, step arrays, ModelRunner::prepare_step
+  double attention = 0;     // every layer's KV update and attention (unified_attention)
+  double gemm = 0;          // the matrix products, the LM head included
+  double other = 0;         // norms, RoPE, activation, embedding, gathers
+  double total = 0;
+};
+
+struct StepOutput {
+  std::int32_t num_reqs = 0;
+  std::int32_t num_tokens = 0;
+  std::int64_t vocab_size = 0;
+  std::span<const float> logits;      // [num_reqs, vocab]: each request's last token, scheduler order (kLogits)
+  std::span<const std::int32_t> greedy_tokens;  // [num_reqs]: argmax of those logits (kGreedyTokens)
+  std::span<const float> all_logits;  // [num_tokens, vocab] in the scheduler's token order (all_logits)
+  StepTimes times;
+  GraphMode graph_mode = GraphMode::kEager;
+  bool graph_replayed = false;         // the step ran as a replay of a captured CUDA graph
+  std::int32_t cascade_prefix_len = 0;  // B4: keys some attention group read once for all (0: none)
+};
+
+class ModelExecutor {
+ public:
+  ModelExecutor(const LoadedModel& model, ExecutorConfig config);
+  ~ModelExecutor();
+  ModelExecutor(const ModelExecutor&) = delete;
+  ModelExecutor& operator=(const ModelExecutor&) = delete;
+
+  const ModelArch& arch() const { return arch_; }
+  const ExecutorConfig& config() const { return config_; }
+  ModelRunner& runner() { return *runner_; }
+  const ModelRunner& runner() const { return *runner_; }
+  // The KV-cache groups a scheduler allocates blocks in (one block table per group per step).
+  std::int32_t num_kv_groups() const { return static_cast<std::int32_t>(runner_->kv_groups().size()); }
+  std::int32_t num_blocks(std::int32_t group) const;
+  // The sliding window of a group's layers, or nullopt for full attention.
+  std::optional<std::int32_t> group_window(std::int32_t group) const;
+  std::int32_t block_size() const { return config_.block_size; }
+  std::int32_t max_model_len() const { return max_model_len_; }
+  // Time each step's parts (CUDA: events and a synchronization per part; off by default there).
+  void set_profiling(bool on) { profiling_ = on; }
+
+  // One step (hot path). Throws Error for a bad request (naming it and the field) before any state
+  // changes; the runner's own checks follow. kGreedyTokens needs all_logits off; a non-finite logit
+  // in a request's row is an Error naming the request (never a silent token).
+  const StepOutput& execute(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
+
+ private:
+  struct Buffers;
+  class Timer;
+  void allocate_buffers();
+  void check_requests(std::span<const StepRequest> requests) const;
+  void build_step(std::span<const StepRequest> requests);
+  void run_forward(std::int32_t padded_tokens, Timer& timer);
+  void run_layer(std::size_t layer, std::int32_t rows, Timer& timer);
+  void run_attention(std::size_t layer, std::int32_t rows, const ActMat& q, const ActMat& k, const ActMat& v,
+                     const ActMat& out);
+  void run_head(std::int32_t rows, Timer& timer);
+  void run_step_eager(std::int32_t padded_tokens, Timer& timer);
+  bool run_step_graph(std::int32_t padded_tokens);
+  void finish_logits();
+  void finish_greedy_tokens(std::span<const StepRequest> requests);
+
+  ModelArch arch_;
+  ExecutorConfig config_;
+  std::int32_t max_model_len_ = 0;
+  DType attention_dtype_ = DType::kFloat16;
+  std::unique_ptr<ModelOps> ops_;
+  ModelWeights weights_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::vector<LayerId> layer_ids_;
+  std::unique_ptr<Buffers> buffers_;
+  Stream stream_;
+  bool profiling_ = false;
+  StepOutput output_;
+};
+
+// The runner's layer specs of a model (one per decoder layer, named "<prefix>layers.<i>.self_attn"):
+// heads, head size, scale, window and soft-cap from the architecture; the KV spec of its group.
+std::vector<LayerSpec> attention_layers(const ModelArch& arch, DType attention_dtype, std::int32_t block_size);
+
+}  // namespace attnkit

@@ -1,0 +1,94 @@
+// `attnkit serve-bench` as a user runs it on a small random model on the CPU (Qwen3 small: the
+// smallest make-model shape whose head size, 64, the CPU backends take): a concurrency sweep
+// writes serve_bench.json (one run per point, the expected keys, counts that add up) and
+// serve_bench.md; bad arguments are refused naming the flag, with exit code 1.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_runner.h"
+#include "cli/exit_codes.h"
+
+namespace attnkit::testing {
+namespace {
+
+void make_tiny(const CliScratch& scratch) {
+  const CliRun made = run_cli({"make-model", "--family", "qwen3", "--size", "small", "--seed", "2", "--dtype", "fp32",
+                               scratch.sub("model")});
+  ASSERT_EQ(made.exit_code, cli::kExitOk) << made.both();
+}
+
+TEST(CliServeBench, AConcurrencySweepWritesOneRunPerPoint) {
+  const CliScratch scratch("serve_bench");
+  make_tiny(scratch);
+  const CliRun run = run_cli({"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu", "--num-requests",
+                              "6", "--concurrency", "1,3", "--input-len-range", "4:12", "--output-len-range", "2:6",
+                              "--shared-prefix-fraction", "1", "--shared-prefix-len", "32",
+                              "--out", scratch.sub("out"), "--no-progress"});
+  ASSERT_EQ(run.exit_code, cli::kExitOk) << run.both();
+  EXPECT_TRUE(has(run.out, "concurrency 1: 6 requests")) << run.out;
+  EXPECT_TRUE(has(run.out, "concurrency 3: 6 requests")) << run.out;
+  std::ifstream in(scratch.sub("out/serve_bench.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["schema"], "attnkit-serve-bench/1");
+  for (const char* key : {"model_dir", "family", "platform", "backend", "capture_sizes", "prefix_caching",
+                          "max_num_batched_tokens", "max_num_seqs", "block_size", "commit"}) {
+    EXPECT_TRUE(j["conditions"].contains(key)) << key;
+  }
+  EXPECT_EQ(j["conditions"]["family"], "qwen3");
+  EXPECT_EQ(j["conditions"]["platform"], "cpu");
+  EXPECT_EQ(j["conditions"]["prefix_caching"], true);
+  EXPECT_EQ(j["conditions"]["max_num_seqs"], 3);  // the sweep's largest concurrency
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& r = j["runs"][i];
+    EXPECT_EQ(r["trace"]["concurrency"], i == 0 ? 1 : 3);
+    EXPECT_EQ(r["trace"]["input"]["distribution"], "uniform");
+    EXPECT_EQ(r["completed"], 6);
+    std::int64_t out = 0;
+    for (const auto& q : r["requests"]) out += q["output_len"].get<std::int64_t>();
+    EXPECT_EQ(r["output_tokens"], out);
+    for (const char* key : {"ttft_ms", "itl_ms", "e2e_ms"}) {
+      EXPECT_LE(r[key]["p50"].get<double>(), r[key]["p99"].get<double>()) << key;
+    }
+    // Two full blocks shared by all; requests 4-6 start after others committed them.
+    EXPECT_GT(r["prefix_cache"]["hit_rate"].get<double>(), 0);
+  }
+  // One seed: both points ran the same requests.
+  EXPECT_EQ(j["runs"][0]["output_tokens"], j["runs"][1]["output_tokens"]);
+  EXPECT_TRUE(std::filesystem::exists(scratch.sub("out/serve_bench.md")));
+}
+
+TEST(CliServeBench, BadArgumentsNameTheFlag) {
+  const CliScratch scratch("serve_bench_bad");
+  make_tiny(scratch);
+  const struct {
+    std::vector<std::string> args;
+    std::string expected;
+  } cases[] = {
+      {{"--lengths", "zipf"}, "--lengths = zipf is invalid (allowed: fixed, uniform, sharegpt)"},
+      {{"--request-rate", "0"}, "--request-rate = 0 is invalid"},
+      {{"--concurrency", "0"}, "--concurrency = 0 is invalid"},
+      {{"--input-len-range", "9:3"}, "--input-len-range = 9:3 is invalid"},
+      {{"--lengths", "fixed", "--output-len-range", "1:4"}, "--output-len-range = 1:4 is invalid"},
+      {{"--num-requests", "4,5"}, "--num-requests = 2 values is invalid"},
+      {{"--shared-prefix-fraction", "2"}, "--shared-prefix-fraction"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu",
+                                     "--out", scratch.sub("out"), "--no-progress"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, cli::kExitInvalidInput) << run.both();
+    EXPECT_TRUE(has(run.err, c.expected)) << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::testing

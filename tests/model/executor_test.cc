@@ -1,0 +1,222 @@
+// M4 on the CPU: every family's tiny checkpoint, written by test code, runs 16 greedy steps through
+// the executor (and so through the attention layer: groups, one build per group, the forward
+// context, the reorder) with token ids identical to, and logits within tolerance of, the
+// independent float64 dense forward of tests/model/hf_reference (no runner, no paging, no code
+// shared with the executor), on every CPU attention backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "attnkit/core/error.h"
+#include "attnkit/model/checkpoint.h"
+#include "attnkit/model/executor.h"
+#include "model/hf_reference.h"
+#include "model/tiny_checkpoint.h"
+
+namespace attnkit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 16;
+
+// A scratch folder of this process's own: two checkouts (or ctest runs) on one machine may run the
+// same test at once, and a fixed /tmp path would then be removed under the other's feet.
+fs::path scratch(const std::string& name) {
+  return fs::path(::testing::TempDir()) / ("attnkit_executor_" + name + "_" + std::to_string(::getpid()));
+}
+
+// A block manager of the simplest kind: fresh blocks per request and group, never reused.
+struct Blocks {
+  explicit Blocks(const ModelExecutor& ex) : next(static_cast<std::size_t>(ex.num_kv_groups()), 0), ex_(ex) {}
+  std::vector<std::span<const std::int32_t>> for_request(int id, int seq_len) {
+    auto& mine = table[id];
+    mine.resize(next.size());
+    std::vector<std::span<const std::int32_t>> out;
+    for (std::size_t g = 0; g < next.size(); ++g) {
+      while (static_cast<int>(mine[g].size()) * ex_.block_size() < seq_len) mine[g].push_back(next[g]++);
+      out.push_back(mine[g]);
+    }
+    return out;
+  }
+  std::vector<std::int32_t> next;
+  std::map<int, std::vector<std::vector<std::int32_t>>> table;
+  const ModelExecutor& ex_;
+};
+
+struct Generated {
+  std::vector<std::vector<int>> tokens;                 // per prompt
+  std::vector<std::vector<std::vector<float>>> logits;  // per prompt, per step
+};
+
+// Greedy generation of every prompt as one batch. Prompt p joins at step join[p] (a prefill beside
+// the others' decodes); the scheduler's order puts joining prefills first, so a backend with a
+// reorder threshold really reorders.
+Generated generate(ModelExecutor& ex, const std::vector<std::vector<int>>& prompts, const std::vector<int>& join,
+                   StepResult result = StepResult::kLogits) {
+  Generated g;
+  g.tokens.resize(prompts.size());
+  g.logits.resize(prompts.size());
+  Blocks blocks(ex);
+  std::vector<int> computed(prompts.size(), 0);
+  for (int step = 0;; ++step) {
+    std::vector<std::size_t> active;
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      if (step >= join[p] && g.tokens[p].size() < static_cast<std::size_t>(kSteps)) active.push_back(p);
+    }
+    if (active.empty()) break;
+    std::stable_sort(active.begin(), active.end(), [&](std::size_t a, std::size_t b) {
+      return (computed[a] == 0) > (computed[b] == 0);  // prefills first in the scheduler's order
+    });
+    std::vector<std::vector<std::int32_t>> new_tokens(active.size());
+    std::vector<std::vector<std::span<const std::int32_t>>> block_spans(active.size());
+    std::vector<StepRequest> reqs(active.size());
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      const std::size_t p = active[i];
+      if (computed[p] == 0) {
+        new_tokens[i].assign(prompts[p].begin(), prompts[p].end());
+      } else {
+        new_tokens[i] = {g.tokens[p].back()};
+      }
+      block_spans[i] = blocks.for_request(static_cast<int>(p), computed[p] + static_cast<int>(new_tokens[i].size()));
+      reqs[i].id = static_cast<std::int32_t>(100 + p);
+      reqs[i].tokens = new_tokens[i];
+      reqs[i].num_computed_tokens = computed[p];
+      reqs[i].blocks = block_spans[i];
+    }
+    const StepOutput& out = ex.execute(reqs, result);
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      const std::size_t p = active[i];
+      if (result == StepResult::kGreedyTokens) {
+        EXPECT_TRUE(out.logits.empty());
+        g.tokens[p].push_back(out.greedy_tokens[i]);
+        computed[p] += static_cast<int>(new_tokens[i].size());
+        continue;
+      }
+      const auto row = out.logits.subspan(i * static_cast<std::size_t>(out.vocab_size), static_cast<std::size_t>(out.vocab_size));
+      g.logits[p].emplace_back(row.begin(), row.end());
+      g.tokens[p].push_back(static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin()));
+      computed[p] += static_cast<int>(new_tokens[i].size());
+    }
+  }
+  return g;
+}
+
+struct Case {
+  std::string preset;
+  std::string backend;
+  StoredDType dtype = StoredDType::kF32;
+  std::string name() const {
+    return preset + "_" + backend + "_" + std::string(safetensors_name(dtype));
+  }
+};
+
+class ExecutorMatchesDenseReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExecutorMatchesDenseReference, SixteenGreedyStepsTokenExact) {
+  const Case c = GetParam();
+  const HfModelConfig config = tiny_preset(c.preset);
+  const HfModel model = make_random_model(config, 2026);
+  const fs::path dir = scratch(c.name());
+  fs::remove_all(dir);
+  CheckpointOptions options;
+  options.dtype = c.dtype;
+  const HfModel stored = write_tiny_checkpoint(dir, model, options);
+
+  // Prompts whose every greedy pick wins by a margin well above the executor's logit error
+  // (float16 attention on the CPU), so that token identity is a fair test.
+  constexpr double kTolerance = 0.03;
+  std::vector<std::vector<int>> varied;
+  for (const int length : {7, 3, 11, 5}) varied.push_back(decisive_prompts(stored, 1, length, kSteps, 4 * kTolerance).front());
+  const std::vector<GreedyResult> want = greedy_generate(stored, varied, kSteps);
+
+  ExecutorConfig ec;
+  ec.backend = c.backend;
+  ec.max_num_reqs = 4;
+  ec.max_num_tokens = 64;
+  ec.max_model_len = 64;
+  ec.num_blocks = 64;
+  std::vector<std::string> log;
+  ec.log = [&](std::string_view line) { log.emplace_back(line); };
+  ModelExecutor ex(load_model(dir.string()), ec);
+  const Generated got = generate(ex, varied, {0, 0, 2, 5});
+
+  const bool hybrid = config.sliding_window() > 0 &&
+                      std::any_of(config.layer_windows.begin(), config.layer_windows.end(), [](int w) { return w == 0; });
+  EXPECT_EQ(ex.num_kv_groups(), hybrid ? 2 : 1) << "hybrid families have a full and a sliding-window group";
+  for (std::int32_t l = 0; l < ex.runner().num_layers(); ++l) {
+    EXPECT_EQ(ex.runner().selection(ex.runner().layer_id_at(l)).backend->name(), c.backend);
+  }
+  for (std::size_t p = 0; p < varied.size(); ++p) {
+    EXPECT_EQ(got.tokens[p], want[p].tokens) << "prompt " << p;
+    double worst = 0;
+    for (int s = 0; s < kSteps && s < static_cast<int>(got.logits[p].size()); ++s) {
+      for (std::size_t v = 0; v < got.logits[p][static_cast<std::size_t>(s)].size(); ++v) {
+        worst = std::max(worst, std::abs(got.logits[p][static_cast<std::size_t>(s)][v] -
+                                         want[p].logits[static_cast<std::size_t>(s)][v]));
+      }
+    }
+    EXPECT_LE(worst, kTolerance) << "prompt " << p << ": max |logit - reference|";
+    RecordProperty("max_logit_error_prompt_" + std::to_string(p), std::to_string(worst));
+  }
+  fs::remove_all(dir);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const HfModelConfig& preset : tiny_presets()) {
+    for (const char* backend : {"REFERENCE", "VARLEN", "CSR_PLAN"}) out.push_back({preset.name, backend, StoredDType::kF32});
+  }
+  // bf16 checkpoints: the reference runs on the same rounded weights.
+  out.push_back({"llama3", "VARLEN", StoredDType::kBF16});
+  out.push_back({"gemma2", "VARLEN", StoredDType::kBF16});
+  return out;
+}
+
+// The greedy choice made by the platform's ops (only token ids come back) is the argmax of the
+// logits the same steps return, in the scheduler's order while the runner reorders.
+TEST(ExecutorGreedyTokens, EqualTheArgmaxOfTheLogitsOfTheSameSteps) {
+  const HfModel model = make_random_model(tiny_preset("gemma3"), 77);
+  const fs::path dir = scratch("greedy_tokens");
+  fs::remove_all(dir);
+  write_tiny_checkpoint(dir, model, CheckpointOptions{});
+  ExecutorConfig ec;
+  ec.backend = "CSR_PLAN";  // reorders decodes before prefills
+  ec.max_num_reqs = 4;
+  ec.max_num_tokens = 64;
+  ec.max_model_len = 64;
+  ec.num_blocks = 64;
+  const std::vector<std::vector<int>> prompts = {{5, 9, 2, 30}, {7, 1}, {40, 41, 42, 43, 44, 45}, {3}};
+  ModelExecutor with_logits(load_model(dir.string()), ec), greedy(load_model(dir.string()), ec);
+  const Generated want = generate(with_logits, prompts, {0, 1, 1, 3});
+  const Generated got = generate(greedy, prompts, {0, 1, 1, 3}, StepResult::kGreedyTokens);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ExecutorConfig all = ec;
+  all.all_logits = true;
+  ModelExecutor every_row(load_model(dir.string()), all);
+  std::vector<StepRequest> one(1);
+  const std::vector<std::int32_t> tokens = {1, 2};
+  const std::vector<std::int32_t> row = {0};
+  const std::vector<std::span<const std::int32_t>> rows(static_cast<std::size_t>(every_row.num_kv_groups()), row);
+  one[0] = {1, tokens, 0, rows};
+  try {
+    every_row.execute(one, StepResult::kGreedyTokens);
+    ADD_FAILURE() << "greedy tokens with all_logits on must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "execute.result");
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ExecutorMatchesDenseReference, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name(); });
+
+}  // namespace
+}  // namespace attnkit::testing
