@@ -314,7 +314,8 @@ def reference_output(attnkit, w, q, k, v, cu_q, cu_k, ops, *, platform="cuda", b
     runner = attnkit.ModelRunner([spec], cfg)
     try:
         reqs = w.requests
-        order = list(runner.order_requests([q_len for q_len, _ in reqs]))
+        step_order = runner.order_requests(list(range(len(reqs))), [q_len for q_len, _ in reqs])
+        order = list(step_order)
         rows = block_tables(w, order, sh.num_blocks, sh.max_pages)
         k_cache, v_cache = ops.kv_cache(runner, "attn")
         kernel_page = runner.kv_cache_info("attn")["block_size"]
@@ -338,7 +339,8 @@ def reference_output(attnkit, w, q, k, v, cu_q, cu_k, ops, *, platform="cuda", b
         out = ops.nan_like(step_q)
         ops.synchronize()
         stream = ops.stream()
-        runner.prepare_step(order, [reqs[i][0] for i in order], [reqs[i][1] for i in order], [rows], stream=stream)
+        runner.prepare_step(order, [reqs[i][0] for i in order], [reqs[i][1] for i in order], [rows], order=step_order,
+                            stream=stream)
         with runner.forward():
             runner.attention("attn", step_q, step_k, step_v, out, stream=stream)
         ops.synchronize()

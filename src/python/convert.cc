@@ -102,10 +102,20 @@ bool read_int_array(nb::handle value, std::vector<std::int32_t>& out, std::vecto
     const std::uint8_t* p = base + offset * static_cast<std::int64_t>(item);
     std::int64_t v = 0;
     if (dt.bits == 32) {
-      v = dt.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) ? *reinterpret_cast<const std::int32_t*>(p)
-                                                                             : *reinterpret_cast<const std::uint32_t*>(p);
-    } else {
+      // Two statements, not a conditional expression: `?:` of int32 and uint32 has type uint32, and
+      // read an int32 -1 (a padded block-table entry) as 4294967295.
+      if (dt.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)) {
+        v = *reinterpret_cast<const std::int32_t*>(p);
+      } else {
+        v = *reinterpret_cast<const std::uint32_t*>(p);
+      }
+    } else if (dt.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)) {
       v = *reinterpret_cast<const std::int64_t*>(p);
+    } else {
+      // A uint64 past int64's range must not wrap to a negative value that passes as -1.
+      const std::uint64_t u = *reinterpret_cast<const std::uint64_t*>(p);
+      v = u > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()) ? std::numeric_limits<std::int64_t>::max()
+                                                                                   : static_cast<std::int64_t>(u);
     }
     if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
       throw Error(field + "[" + std::to_string(i) + "]", std::to_string(v), "a 32-bit integer");
@@ -362,7 +372,7 @@ LayerSpec to_layer_spec(nb::handle spec, const std::string& where) {
   p.alibi_slopes = f.floats("alibi_slopes");
   if (auto t = f.optional_string("attn_type")) {
     auto parsed = parse_attention_type(*t);
-    if (!parsed) throw Error(f.where("attn_type"), *t, "decoder, encoder, encoder_only, cross");
+    if (!parsed) throw Error(f.where("attn_type"), *t, describe_attention_types());
     p.attn_type = *parsed;
   }
   p.state_decay = f.float_or("state_decay", p.state_decay);
@@ -370,14 +380,9 @@ LayerSpec to_layer_spec(nb::handle spec, const std::string& where) {
   KVCacheSpec& s = l.kv_spec;
   s.kind = p.sliding_window ? KVSpecKind::kSlidingWindow : KVSpecKind::kFullAttention;
   if (auto k = f.optional_string("kind")) {
-    bool ok = false;
-    for (KVSpecKind kind : {KVSpecKind::kFullAttention, KVSpecKind::kSlidingWindow, KVSpecKind::kRecurrentState}) {
-      if (*k == to_string(kind)) {
-        s.kind = kind;
-        ok = true;
-      }
-    }
-    if (!ok) throw Error(f.where("kind"), *k, "full_attention, sliding_window, recurrent_state");
+    const std::optional<KVSpecKind> kind = parse_kv_spec_kind(*k);
+    if (!kind) throw Error(f.where("kind"), *k, describe_kv_spec_kinds());
+    s.kind = *kind;
   }
   s.block_size = f.int_or("block_size", s.kind == KVSpecKind::kRecurrentState ? 1 : 16);
   s.num_kv_heads = p.num_kv_heads;
@@ -453,8 +458,8 @@ RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* gro
   }
   c.optimistic_cpu_lengths = f.bool_or("optimistic_cpu_lengths", c.optimistic_cpu_lengths);
   c.check_invariants = f.bool_or("check_invariants", c.check_invariants);
-  c.k_scale = f.float_or("k_scale", c.k_scale);
-  c.v_scale = f.float_or("v_scale", c.v_scale);
+  c.k_scale = f.optional_float("k_scale");
+  c.v_scale = f.optional_float("v_scale");
   c.kv_poison = f.float_or("kv_poison", c.kv_poison);
   c.context_parallel.size = f.int_or("context_parallel_size", c.context_parallel.size);
   c.context_parallel.rank = f.int_or("context_parallel_rank", c.context_parallel.rank);

@@ -27,6 +27,8 @@ namespace nb = nanobind;
 // Creates attnkit._attnkit.Error (a ValueError), SelectionError and InvariantError (subclasses of
 // Error) in `m` and installs the translator that raises them for every attnkit::Error.
 void register_errors(nb::module_& m);
+// attnkit.LLM, attnkit.SamplingParams and attnkit.Completion (engine.cc).
+void bind_engine(nb::module_& m);
 
 // The fields of a dict, or the attributes of any other object (a dataclass, a namespace). A dict
 // with a key outside `known` is refused: a typo must not be ignored silently.

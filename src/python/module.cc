@@ -172,7 +172,9 @@ nb::object numpy_of(HostTensor tensor) {
 // --- the runner -----------------------------------------------------------------------------
 
 struct PyRunner {
-  std::unique_ptr<ModelRunner> runner;
+  // Shared: arrays from kv_cache() and an open forward scope keep the runner (and its memory) alive
+  // after close(), so a stale view reads valid memory instead of freed memory.
+  std::shared_ptr<ModelRunner> runner;
   // The config's context-parallel group (its ModelRunner holds a raw pointer to it), or None.
   nb::object context_parallel_group;
   // The last prepared step's arrays: StepInput holds spans, these own what they point to.
@@ -208,10 +210,23 @@ struct PyRunner {
 };
 
 struct PyForward {
-  nb::object owner;  // the ModelRunner, kept alive while the scope is open
-  const ForwardContext* context = nullptr;
+  std::shared_ptr<ModelRunner> runner;  // kept alive while the scope exists, closed or not
   std::unique_ptr<ForwardContextScope> scope;
 };
+
+// G8: an order from runner.order_requests, owned by Python (a pipelined engine keeps several).
+struct PyStepOrder {
+  StepOrder order;
+};
+
+std::vector<std::int32_t> to_vector(std::span<const std::int32_t> s) { return {s.begin(), s.end()}; }
+
+// A kv_cache() plane's owner: a capsule holding a reference to the runner, so the array keeps the
+// cache's memory alive after ModelRunner.close() (which then only drops the Python object's own).
+nb::capsule runner_keeper(const std::shared_ptr<ModelRunner>& runner) {
+  auto* held = new std::shared_ptr<ModelRunner>(runner);
+  return nb::capsule(held, [](void* p) noexcept { delete static_cast<std::shared_ptr<ModelRunner>*>(p); });
+}
 
 nb::dict group_dict(const ModelRunner& r, const KVGroupState& g, std::size_t index) {
   nb::dict d;
@@ -221,7 +236,7 @@ nb::dict group_dict(const ModelRunner& r, const KVGroupState& g, std::size_t ind
   d["kernel_block_size"] = g.geometry.kernel_block_size;
   d["num_blocks"] = g.geometry.num_manager_blocks;
   d["layout"] = std::string(to_string(g.geometry.layout));
-  d["max_blocks_per_req"] = g.max_manager_blocks_per_req;
+  d["max_blocks_per_req"] = g.max_manager_blocks_per_req();
   d["spec"] = g.geometry.spec.describe();
   nb::list layers, backends, reused;
   for (const AttentionGroup& a : g.attn_groups) {
@@ -243,9 +258,10 @@ const char* kRunnerDoc =
     "start-up log line (the selected backend and kernel of each configuration, each KV group).\n"
     "Selection happens here: an explicit backend that cannot run a layer raises attnkit.SelectionError with\n"
     "all its reasons; it is never replaced by another one.\n\n"
-    "Per step: order = runner.order_requests(query_lens); build the step's arrays in that order;\n"
-    "runner.prepare_step(...); then inside `with runner.forward():` call runner.attention(layer, q, k, v,\n"
-    "out, lse) for every layer.";
+    "Per step: order = runner.order_requests(request_ids, query_lens); build the step's arrays in that\n"
+    "order; runner.prepare_step(..., order=order); then inside `with runner.forward():` call\n"
+    "runner.attention(layer, q, k, v, out, lse) once for every layer. A runner is driven by one thread at a\n"
+    "time (another thread's call raises attnkit.Error).";
 
 struct PyContextParallelHub {
   std::shared_ptr<InProcessHub> hub;
@@ -290,35 +306,86 @@ void bind_context_parallel(nb::module_& m) {
           "the hub itself).");
 }
 
-void bind_runner(nb::module_& m) {
+// ModelRunner.forward()'s context manager (G5).
+void bind_forward_scope(nb::module_& m) {
   nb::class_<PyForward>(m, "ForwardScope",
                         "The forward context of one step (G5): while it is open, runner.attention finds each "
                         "layer's metadata, KV view and slot mapping. Made by ModelRunner.forward().")
       .def("__enter__",
            [](PyForward& f) -> PyForward& {
              if (f.scope) throw Error("forward scope", "already open", "a scope entered once");
-             f.scope = std::make_unique<ForwardContextScope>(*f.context);
+             f.scope = std::make_unique<ForwardContextScope>(f.runner->forward_context());
              return f;
            },
            nb::rv_policy::reference)
-      .def("__exit__", [](PyForward& f, nb::args) {
-        f.scope.reset();
+      .def("__exit__", [](PyForward& f, nb::args args) {
+        const bool raising = args.size() > 0 && !args[0].is_none();
+        // Leaving with layers that never ran raises (their KV of the step is unwritten), unless the
+        // block already raises: then the scope only closes and that exception goes on.
+        std::unique_ptr<ForwardContextScope> scope = std::move(f.scope);
+        if (!scope) return false;
+        if (raising) {
+          try {
+            scope->close();
+          } catch (const Error&) {
+          }
+          return false;
+        }
+        scope->close();  // raises attnkit.Error for layers that never ran; the scope is closed either way
         return false;
       });
+}
 
-  nb::class_<PyRunner>(m, "ModelRunner", kRunnerDoc)
-      .def(
-          "__init__",
-          [](PyRunner* self, nb::handle layers, nb::handle config, nb::handle log) {
-            std::vector<LayerSpec> specs = to_layer_specs(layers);
-            nb::object group;
-            RunnerConfig c = to_runner_config(config, log, &group);
-            auto runner = std::make_unique<ModelRunner>(std::move(specs), std::move(c));
-            new (self) PyRunner();
-            self->runner = std::move(runner);
-            self->context_parallel_group = std::move(group);
+// ModelRunner.order_requests' result (G8).
+void bind_step_order(nb::module_& m) {
+  nb::class_<PyStepOrder>(m, "StepOrder",
+                          "The order a step's requests run in (G8), from ModelRunner.order_requests: position i of "
+                          "the step holds the scheduler's request order[i]. Iterating it yields `order`, so "
+                          "`[sched[i] for i in order]` builds a list in the step's order. Pass it to prepare_step "
+                          "(order=...), which refuses a step built in any other order.")
+      .def_prop_ro("order", [](const PyStepOrder& o) { return to_vector(o.order.order()); })
+      .def_prop_ro("position_of", [](const PyStepOrder& o) { return to_vector(o.order.position_of()); },
+                   "The step position of each scheduler request (the inverse of order).")
+      .def_prop_ro("request_ids", [](const PyStepOrder& o) { return to_vector(o.order.request_ids()); },
+                   "The request ids in the step's order.")
+      .def_prop_ro("query_lens", [](const PyStepOrder& o) { return to_vector(o.order.query_lens()); },
+                   "The query lengths in the step's order.")
+      .def_prop_ro("query_start_loc", [](const PyStepOrder& o) { return to_vector(o.order.query_start_loc()); },
+                   "Token offsets of the step's requests, in the step's order.")
+      .def_prop_ro(
+          "token_order",
+          [](const PyStepOrder& o) {
+            // Row t of the step holds the scheduler's token row token_order[t]: q_step = q_sched[token_order].
+            std::vector<std::int32_t> iota(static_cast<std::size_t>(o.order.num_tokens()));
+            for (std::size_t t = 0; t < iota.size(); ++t) iota[t] = static_cast<std::int32_t>(t);
+            std::vector<std::int32_t> out(iota.size());
+            o.order.apply_tokens(std::span<const std::int32_t>(iota), std::span<std::int32_t>(out));
+            return out;
           },
-          "layers"_a, "config"_a = nb::none(), "log"_a = nb::none())
+          "For each token row of the step, the scheduler-order row it comes from: `x_step = x_sched[token_order]` "
+          "puts any per-token array (token ids, positions, Q/K/V) in the step's order.")
+      .def_prop_ro("num_tokens", [](const PyStepOrder& o) { return o.order.num_tokens(); })
+      .def_prop_ro("is_identity", [](const PyStepOrder& o) { return o.order.is_identity(); })
+      .def("__len__", [](const PyStepOrder& o) { return o.order.num_reqs(); })
+      .def("__getitem__",
+           [](const PyStepOrder& o, std::int64_t i) {
+             const std::int64_t n = o.order.num_reqs();
+             if (i < 0) i += n;
+             if (i < 0 || i >= n) throw nb::index_error("StepOrder index out of range");
+             return o.order.order()[static_cast<std::size_t>(i)];
+           })
+      .def("__iter__", [](const PyStepOrder& o) { return nb::iter(nb::cast(to_vector(o.order.order()))); })
+      .def("__repr__", [](const PyStepOrder& o) {
+        std::string s = "<attnkit.StepOrder [";
+        const auto order = o.order.order();
+        for (std::size_t i = 0; i < order.size(); ++i) s += (i ? ", " : "") + std::to_string(order[i]);
+        return s + "]>";
+      });
+}
+
+// The ModelRunner's read-only views: its layers, platform, groups, graph support and selections.
+void def_runner_views(nb::class_<PyRunner>& cls) {
+  cls
       .def_prop_ro("num_layers", [](const PyRunner& r) { return r.get().num_layers(); }, "Number of layers.")
       .def_prop_ro(
           "layer_names",
@@ -356,18 +423,78 @@ void bind_runner(nb::module_& m) {
           "prepare_step takes one "
           "block table per group, in this order.")
       .def(
-          "selection", [](const PyRunner& r, nb::handle layer) { return PySelection::of(r.get().selection(r.resolve(layer))); },
-          "layer"_a, "The selection of a layer (by name or index): backend, variant, candidates with their reasons.")
+          "selection",
+          [](const PyRunner& r, nb::handle layer) { return PySelection::of(r.get().selection(r.resolve(layer))); },
+          "layer"_a, "The selection of a layer (by name or index): backend, variant, candidates with their reasons.");
+}
+
+const char* kPrepareStepDoc =
+    "Plans the step on the host and enqueues its uploads on `stream` (an integer cudaStream_t; 0 = the\n"
+    "legacy default stream; ignored on the CPU platform).\n\n"
+    "request_ids, query_lens, num_computed_tokens: one entry per request, in order_requests' order.\n"
+    "order: the StepOrder order_requests returned for this step (required; a step in any other order is\n"
+    "refused, naming the first request out of place).\n"
+    "block_tables: one table per KV-cache group (runner.kv_groups order), each a 2-D integer array\n"
+    "[num_reqs, row_stride] or a list of rows (shorter rows are padded); row r holds request r's\n"
+    "manager block ids, the first ceil(seq_len / block_size) of them valid.\n"
+    "cpu_num_computed_tokens: host upper bounds (RunnerConfig.optimistic_cpu_lengths).";
+
+// ModelRunner.prepare_step: the Python arrays into the PyRunner's own buffers (so the StepInput's spans
+// stay valid while the step runs), then the step.
+void prepare_step_from_python(PyRunner& r, nb::handle request_ids, nb::handle query_lens,
+                              nb::handle num_computed_tokens, nb::handle block_tables, const PyStepOrder* order,
+                              std::uintptr_t stream, nb::handle cpu_num_computed_tokens) {
+  r.failing_ranks_fail_the_group([&] {
+    ModelRunner& runner = r.get();
+    r.ids = int_vector(request_ids, "request_ids");
+    r.lens = int_vector(query_lens, "query_lens");
+    r.computed = int_vector(num_computed_tokens, "num_computed_tokens");
+    r.cpu_computed.clear();
+    if (!cpu_num_computed_tokens.is_none()) {
+      r.cpu_computed = int_vector(cpu_num_computed_tokens, "cpu_num_computed_tokens");
+    }
+    if (PyDict_Check(block_tables.ptr()) || PyUnicode_Check(block_tables.ptr())) {
+      throw Error("block_tables", "not a sequence", "a sequence with one block table per KV-cache group");
+    }
+    const nb::list groups = nb::list(block_tables);
+    r.tables.resize(groups.size());
+    r.table_views.clear();
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::int32_t stride =
+          int_table(groups[g], "block_tables[" + std::to_string(g) + "]", 0, r.tables[g]);
+      r.table_views.push_back({r.tables[g], stride});
+    }
+    StepInput step;
+    step.order = order ? &order->order : nullptr;
+    step.request_ids = r.ids;
+    step.query_lens = r.lens;
+    step.num_computed_tokens = r.computed;
+    step.cpu_num_computed_tokens = r.cpu_computed;
+    step.block_tables = r.table_views;
+    nb::gil_scoped_release release;
+    runner.prepare_step(step, to_stream(stream));
+  });
+}
+
+// One step: the request order, the padded shape, the plan, the forward scope, each layer's attention.
+void def_runner_step(nb::class_<PyRunner>& cls) {
+  cls
       .def(
           "order_requests",
-          [](PyRunner& r, nb::handle query_lens) {
-            const std::vector<std::int32_t> lens = int_vector(query_lens, "query_lens");
-            const BatchReorder& order = r.get().order_requests(lens);
-            return std::vector<std::int32_t>(order.order().begin(), order.order().end());
+          [](PyRunner& r, nb::handle request_ids, nb::handle query_lens) {
+            PyStepOrder out;
+            r.failing_ranks_fail_the_group([&] {
+              const std::vector<std::int32_t> ids = int_vector(request_ids, "request_ids");
+              const std::vector<std::int32_t> lens = int_vector(query_lens, "query_lens");
+              r.get().order_requests(ids, lens, out.order);
+            });
+            return out;
           },
-          "query_lens"_a,
-          "The order the step's requests must be in (G8), for query lengths in the scheduler's order: position "
-          "i of the step holds the scheduler's request order[i]. Build every per-request array and Q/K/V in it.")
+          "request_ids"_a, "query_lens"_a,
+          "The order the step's requests must be in (G8), for the scheduler's requests (ids and query lengths in "
+          "the scheduler's order): a StepOrder; position i of the step holds the scheduler's request order[i]. "
+          "Build every per-request array, every per-token array (token_order) and Q/K/V in it, and pass it to "
+          "prepare_step(order=...).")
       .def(
           "shape_for",
           [](const PyRunner& r, std::int32_t num_reqs, std::int32_t num_tokens) {
@@ -381,54 +508,15 @@ void bind_runner(nb::module_& m) {
           },
           "num_reqs"_a, "num_tokens"_a,
           "The padded shape a step runs as (capture sizes): Q/K/V/out need num_tokens_padded rows.")
-      .def(
-          "prepare_step",
-          [](PyRunner& r, nb::handle request_ids, nb::handle query_lens, nb::handle num_computed_tokens,
-             nb::handle block_tables, std::uintptr_t stream, nb::handle cpu_num_computed_tokens) {
-            r.failing_ranks_fail_the_group([&] {
-              ModelRunner& runner = r.get();
-              r.ids = int_vector(request_ids, "request_ids");
-              r.lens = int_vector(query_lens, "query_lens");
-              r.computed = int_vector(num_computed_tokens, "num_computed_tokens");
-              r.cpu_computed.clear();
-              if (!cpu_num_computed_tokens.is_none()) r.cpu_computed = int_vector(cpu_num_computed_tokens, "cpu_num_computed_tokens");
-              if (PyDict_Check(block_tables.ptr()) || PyUnicode_Check(block_tables.ptr())) {
-                throw Error("block_tables", "not a sequence", "a sequence with one block table per KV-cache group");
-              }
-              const nb::list groups = nb::list(block_tables);
-              r.tables.resize(groups.size());
-              r.table_views.clear();
-              for (std::size_t g = 0; g < groups.size(); ++g) {
-                const std::int32_t stride =
-                    int_table(groups[g], "block_tables[" + std::to_string(g) + "]", 0, r.tables[g]);
-                r.table_views.push_back({r.tables[g], stride});
-              }
-              StepInput step;
-              step.request_ids = r.ids;
-              step.query_lens = r.lens;
-              step.num_computed_tokens = r.computed;
-              step.cpu_num_computed_tokens = r.cpu_computed;
-              step.block_tables = r.table_views;
-              nb::gil_scoped_release release;
-              runner.prepare_step(step, to_stream(stream));
-            });
-          },
-          "request_ids"_a, "query_lens"_a, "num_computed_tokens"_a, "block_tables"_a, nb::kw_only(), "stream"_a = 0,
-          "cpu_num_computed_tokens"_a = nb::none(),
-          "Plans the step on the host and enqueues its uploads on `stream` (an integer cudaStream_t; 0 = the\n"
-          "legacy default stream; ignored on the CPU platform).\n\n"
-          "request_ids, query_lens, num_computed_tokens: one entry per request, in order_requests' order.\n"
-          "block_tables: one table per KV-cache group (runner.kv_groups order), each a 2-D integer array\n"
-          "[num_reqs, row_stride] or a list of rows (shorter rows are padded); row r holds request r's\n"
-          "manager block ids, the first ceil(seq_len / block_size) of them valid.\n"
-          "cpu_num_computed_tokens: host upper bounds (RunnerConfig.optimistic_cpu_lengths).")
+      .def("prepare_step", &prepare_step_from_python, "request_ids"_a, "query_lens"_a, "num_computed_tokens"_a,
+           "block_tables"_a, nb::kw_only(), "order"_a.none(), "stream"_a = 0,
+           "cpu_num_computed_tokens"_a = nb::none(), kPrepareStepDoc)
       .def(
           "forward",
-          [](nb::handle self) {
-            PyRunner& r = nb::cast<PyRunner&>(self);
+          [](PyRunner& r) {
+            r.get();  // refuses a closed runner
             PyForward f;
-            f.owner = nb::borrow(self);
-            f.context = &r.get().forward_context();
+            f.runner = r.runner;
             return f;
           },
           "A context manager installing the runner's forward context: `with runner.forward(): ...` around the "
@@ -456,13 +544,18 @@ void bind_runner(nb::module_& m) {
           "output like query, all in the layer's dtype; lse [tokens, q_heads] float32 or None. Any DLPack\n"
           "array (NumPy on the CPU platform; torch/CuPy CUDA tensors on CUDA), never copied; rows are in\n"
           "order_requests' order, at least shape_for(...)['num_tokens_padded'] of them. Work is enqueued on\n"
-          "`stream` (an integer cudaStream_t, 0 = legacy default stream; ignored on the CPU platform).")
+          "`stream` (an integer cudaStream_t, 0 = legacy default stream; ignored on the CPU platform).");
+}
+
+// The paged KV cache of a layer, as arrays and as its geometry.
+void def_runner_cache(nb::class_<PyRunner>& cls) {
+  cls
       .def(
           "kv_cache",
-          [](nb::handle self, nb::handle layer) {
-            PyRunner& r = nb::cast<PyRunner&>(self);
+          [](PyRunner& r, nb::handle layer) {
             const KVCacheView& kv = r.get().kv_cache(r.resolve(layer));
-            return nb::make_tuple(kv_plane(kv, false, self), kv_plane(kv, true, self));
+            return nb::make_tuple(kv_plane(kv, false, runner_keeper(r.runner)),
+                                  kv_plane(kv, true, runner_keeper(r.runner)));
           },
           "layer"_a,
           "The layer's paged cache as (k, v), each [num_kernel_blocks, kernel_block_size, num_kv_heads,\n"
@@ -470,7 +563,8 @@ void bind_runner(nb::module_& m) {
           "cache). A manager block b holds kernel blocks b*k .. b*k+k-1, k = block_size / kernel_block_size.\n"
           "NumPy arrays on the CPU platform for float32/float16 (fp8 caches: their uint8 bytes, real value =\n"
           "byte's value * k_scale); other dtypes and CUDA caches: DLPack arrays for torch.from_dlpack /\n"
-          "cupy.from_dlpack. A fresh cache holds RunnerConfig.kv_poison (NaN).")
+          "cupy.from_dlpack. A fresh cache holds RunnerConfig.kv_poison (NaN). The arrays keep the cache's\n"
+          "memory alive, also after close().")
       .def(
           "kv_cache_info",
           [](const PyRunner& r, nb::handle layer) {
@@ -488,10 +582,38 @@ void bind_runner(nb::module_& m) {
             return d;
           },
           "layer"_a, "The layer's cache geometry: dtype, layout, num_blocks and block_size (kernel pages), heads, "
-                     "head size, fp8 scales, memory space.")
+                     "head size, fp8 scales, memory space.");
+}
+
+void bind_runner(nb::module_& m) {
+  bind_forward_scope(m);
+  bind_step_order(m);
+  nb::class_<PyRunner> cls(m, "ModelRunner", kRunnerDoc);
+  cls
+      .def(
+          "__init__",
+          [](PyRunner* self, nb::handle layers, nb::handle config, nb::handle log) {
+            std::vector<LayerSpec> specs = to_layer_specs(layers);
+            nb::object group;
+            RunnerConfig c = to_runner_config(config, log, &group);
+            auto runner = std::make_shared<ModelRunner>(std::move(specs), std::move(c));
+            new (self) PyRunner();
+            self->runner = std::move(runner);
+            self->context_parallel_group = std::move(group);
+          },
+          "layers"_a, "config"_a = nb::none(), "log"_a = nb::none());
+  def_runner_views(cls);
+  def_runner_step(cls);
+  def_runner_cache(cls);
+  cls
       .def(
           "close", [](PyRunner& r) { r.runner.reset(); },
-          "Frees the runner's KV cache and workspaces now (arrays from kv_cache() must not be used after).")
+          "Releases the runner: its KV cache and workspaces are freed once no array from kv_cache() and no\n"
+          "forward scope refers to them any more. Every later call on this object raises attnkit.Error.")
+      .def(
+          "abandon_step", [](PyRunner& r) { r.get().abandon_step(); },
+          "Gives up the prepared step (an error between its layers): the layers that did not run leave the\n"
+          "step's KV unwritten, so do not count its tokens as computed; the next prepare_step accepts it.")
       .def("__repr__", [](const PyRunner& r) {
         if (!r.runner) return std::string("<attnkit.ModelRunner (closed)>");
         return "<attnkit.ModelRunner " + std::to_string(r.runner->num_layers()) + " layers on " +
@@ -540,15 +662,8 @@ nb::dict replay(const std::string& dir, std::optional<std::string> backend, cons
   return d;
 }
 
-}  // namespace
-}  // namespace attnkit::python
-
-NB_MODULE(_attnkit, m) {
-  using namespace attnkit;
-  using namespace attnkit::python;
-  m.doc() = "attnkit's C++ library (nanobind). Use the package `attnkit`, which re-exports this module.";
-  register_errors(m);
-
+// attnkit.Selection: which backend and kernel variant run a configuration, with every reason.
+void bind_selection(nb::module_& m) {
   nb::class_<PySelection>(m, "Selection",
                           "Which backend and kernel variant run a configuration, and why (S2/S3).")
       .def_ro("backend", &PySelection::backend, "The chosen backend's name.")
@@ -571,10 +686,10 @@ NB_MODULE(_attnkit, m) {
           },
           "The candidates that were refused: {backend: [reasons]}.")
       .def("__repr__", [](const PySelection& s) { return "<attnkit.Selection " + s.choice_line + ">"; });
+}
 
-  bind_context_parallel(m);
-  bind_runner(m);
-
+// The module's functions: the registry, selection without a runner, the GPU probe, the KV budget, replay.
+void bind_functions(nb::module_& m) {
   m.def(
       "backends",
       []() {
@@ -644,6 +759,22 @@ NB_MODULE(_attnkit, m) {
         "head_size] in the record's order), lse (float32 [tokens, q_heads] or None), metadata (the parsed\n"
         "metadata.json). With out_dir, also writes out.npy, lse.npy and metadata.json there. Bad input\n"
         "raises attnkit.Error naming the field.");
+}
+
+}  // namespace
+}  // namespace attnkit::python
+
+NB_MODULE(_attnkit, m) {
+  using namespace attnkit;
+  using namespace attnkit::python;
+  m.doc() = "attnkit's C++ library (nanobind). Use the package `attnkit`, which re-exports this module.";
+  register_errors(m);
+
+  bind_selection(m);
+  bind_context_parallel(m);
+  bind_runner(m);
+  bind_engine(m);
+  bind_functions(m);
 #if ATTNKIT_HAVE_CUDA
   m.attr("built_with_cuda") = true;
 #else

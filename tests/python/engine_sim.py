@@ -142,7 +142,7 @@ class Engine:
     def step(self, sched):
         """Runs one step of (request id, query_len) in the scheduler's order; checks every layer."""
         runner = self.runner
-        order = runner.order_requests([n for _, n in sched])
+        order = runner.order_requests([rid for rid, _ in sched], [n for _, n in sched])
         assert sorted(order) == list(range(len(sched)))
         batch = [sched[i] for i in order]
         reqs = [self.requests[rid] for rid, _ in batch]
@@ -154,7 +154,7 @@ class Engine:
         num_tokens = sum(lens)
         rows = runner.shape_for(len(batch), num_tokens)["num_tokens_padded"]
         runner.prepare_step(np.array([r.id for r in reqs], np.int32), lens, np.array(computed, np.int64), tables,
-                            stream=self.stream)
+                            order=order, stream=self.stream)
 
         starts = np.concatenate([[0], np.cumsum(lens)]).astype(int)
         results = {}

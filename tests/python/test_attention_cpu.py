@@ -83,7 +83,7 @@ def test_kv_cache_view_shows_what_the_kv_update_wrote_and_feeds_attention():
     rng = np.random.default_rng(3)
 
     # Step 1: one request, 5 new tokens in block 9: the KV update writes them at slots 9*16 + 0..4.
-    runner.prepare_step([0], [5], [0], [[[9]]])
+    runner.prepare_step([0], [5], [0], [[[9]]], order=runner.order_requests([0], [5]))
     q = random_values(rng, (5, 2, 64), np.float16)
     k = random_values(rng, (5, 2, 64), np.float16)
     v = random_values(rng, (5, 2, 64), np.float16)
@@ -105,7 +105,7 @@ def test_kv_cache_view_shows_what_the_kv_update_wrote_and_feeds_attention():
     k = random_values(rng, (2, 2, 64), np.float16)
     v = random_values(rng, (2, 2, 64), np.float16)
     out = np.full_like(q, np.nan)
-    runner.prepare_step([1], [2], [20], [[[3, 4]]])
+    runner.prepare_step([1], [2], [20], [[[3, 4]]], order=runner.order_requests([1], [2]))
     with runner.forward():
         runner.attention("attn", q, k, v, out)
     from engine_sim import brute_force_attention
@@ -118,10 +118,15 @@ def test_reorder_puts_decodes_first_for_csr_plan():
     layer = attnkit.LayerSpec("attn", num_q_heads=2, num_kv_heads=1, head_size=64, dtype="float16")
     runner = make_runner([layer], "CSR_PLAN")
     assert runner.reorder_batch_threshold == 1
-    assert runner.order_requests([5, 1, 3, 1]) == [1, 3, 0, 2]
+    order = runner.order_requests([10, 11, 12, 13], [5, 1, 3, 1])
+    assert list(order) == [1, 3, 0, 2] and order.order == [1, 3, 0, 2]
+    assert order.request_ids == [11, 13, 10, 12] and order.query_lens == [1, 1, 5, 3]
+    assert order.position_of == [2, 0, 3, 1]
+    # Row t of the step is the scheduler's token row token_order[t]: q_step = q_sched[token_order].
+    assert order.token_order == [5, 9, 0, 1, 2, 3, 4, 6, 7, 8]
     identity = make_runner([layer], "REFERENCE")
     assert identity.reorder_batch_threshold is None
-    assert identity.order_requests([5, 1, 3, 1]) == [0, 1, 2, 3]
+    assert list(identity.order_requests([10, 11, 12, 13], [5, 1, 3, 1])) == [0, 1, 2, 3]
 
 
 def test_bfloat16_through_torch_dlpack_on_the_cpu():
@@ -134,7 +139,7 @@ def test_bfloat16_through_torch_dlpack_on_the_cpu():
     v32 = random_values(rng, (6, 2, 64), np.float32)
     q, k, v = (torch.from_numpy(a).to(torch.bfloat16) for a in (q32, k32, v32))
     out = torch.full((6, 4, 64), float("nan"), dtype=torch.bfloat16)
-    runner.prepare_step([0, 1], [4, 2], [0, 0], [[[1], [2]]])
+    runner.prepare_step([0, 1], [4, 2], [0, 0], [[[1], [2]]], order=runner.order_requests([0, 1], [4, 2]))
     with runner.forward():
         runner.attention("attn", q, k, v, out)
     assert not torch.isnan(out).any()

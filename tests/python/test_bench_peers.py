@@ -62,7 +62,7 @@ def test_the_mixed_case_is_reordered_by_csr_plan():
     layer = attnkit.LayerSpec("attn", num_q_heads=4, num_kv_heads=2, head_size=64, dtype="float16")
     runner = attnkit.ModelRunner([layer], attnkit.RunnerConfig(platform="cpu", backend="CSR_PLAN"))
     q_lens = [q for q, _ in workload_requests("mixed")]
-    assert list(runner.order_requests(q_lens)) != list(range(len(q_lens)))
+    assert list(runner.order_requests(list(range(len(q_lens))), q_lens)) != list(range(len(q_lens)))
 
 
 def workload_requests(case):

@@ -86,7 +86,7 @@ def test_a_failing_rank_makes_the_others_raise_instead_of_waiting():
                 # raises and fails the hub by itself, so rank 0, waiting in its first layer's
                 # all-gather, raises too instead of waiting forever.
                 with pytest.raises(attnkit.Error):
-                    runner.prepare_step([100], [20, 4], [0], [[[1]]])
+                    runner.prepare_step([100], [20, 4], [0], [[[1]]], order=runner.order_requests([100], [20, 4]))
             else:
                 with pytest.raises(attnkit.Error, match="context"):
                     engine.step([(100, 20)])

@@ -124,7 +124,7 @@ def test_bfloat16_on_the_gpu():
         q, k, v = (torch.from_numpy(random_values(rng, shape, np.float32)).to("cuda", torch.bfloat16)
                    for shape in ((7, 8, 128), (7, 2, 128), (7, 2, 128)))
         out = torch.full((7, 8, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
-        runner.prepare_step([0, 1], [1, 6], [0, 0], [[[3], [4]]])
+        runner.prepare_step([0, 1], [1, 6], [0, 0], [[[3], [4]]], order=runner.order_requests([0, 1], [1, 6]))
         with runner.forward():
             runner.attention("attn", q, k, v, out)
         torch.cuda.synchronize()
@@ -144,7 +144,7 @@ def test_kv_cache_of_a_cuda_runner_is_a_device_array():
     rng = np.random.default_rng(36)
     q, k, v = (on_gpu(random_values(rng, s, np.float16)) for s in ((3, 2, 64), (3, 2, 64), (3, 2, 64)))
     out = torch.full_like(q, float("nan"))
-    runner.prepare_step([0], [3], [0], [[[5]]])
+    runner.prepare_step([0], [3], [0], [[[5]]], order=runner.order_requests([0], [3]))
     with runner.forward():
         runner.attention("attn", q, k, v, out)
     torch.cuda.synchronize()
@@ -159,7 +159,7 @@ def test_wrong_device_tensors_are_refused_both_ways():
     arrays = [random_values(rng, s, np.float16) for s in ((3, 2, 64),) * 3]
     out = np.full((3, 2, 64), np.nan, np.float16)
     gpu = cuda_runner([layer], "VARLEN")
-    gpu.prepare_step([0], [3], [0], [[[1]]])
+    gpu.prepare_step([0], [3], [0], [[[1]]], order=gpu.order_requests([0], [3]))
     with gpu.forward():
         with pytest.raises(attnkit.Error):  # host arrays for a CUDA runner
             gpu.attention("attn", *arrays, out)
@@ -168,7 +168,7 @@ def test_wrong_device_tensors_are_refused_both_ways():
     cfg = attnkit.RunnerConfig(platform="cpu", backend="VARLEN", max_num_reqs=4, max_num_tokens=8, max_model_len=32,
                                num_blocks=4)
     cpu = attnkit.ModelRunner([layer], cfg)
-    cpu.prepare_step([0], [3], [0], [[[1]]])
+    cpu.prepare_step([0], [3], [0], [[[1]]], order=cpu.order_requests([0], [3]))
     with cpu.forward():
         with pytest.raises(attnkit.Error):  # CUDA tensors for a CPU runner
             cpu.attention("attn", *(on_gpu(a) for a in arrays), on_gpu(out))
@@ -197,7 +197,7 @@ def test_cupy_arrays_on_a_cupy_stream():
         q, k, v = (cupy.asarray(a) for a in host)
         out = cupy.full((9, 8, 128), cupy.nan, dtype=cupy.float16)
         lse = cupy.full((9, 8), cupy.nan, dtype=cupy.float32)
-    runner.prepare_step([0, 1], [4, 5], [0, 0], [[[2], [6]]], stream=stream.ptr)
+    runner.prepare_step([0, 1], [4, 5], [0, 0], [[[2], [6]]], stream=stream.ptr, order=runner.order_requests([0, 1], [4, 5]))
     with runner.forward():
         runner.attention("attn", q, k, v, out, lse, stream=stream.ptr)
     stream.synchronize()

@@ -18,7 +18,7 @@ def cpu_runner(backend="REFERENCE", layers=(LAYER,)):
 
 
 def prepared(runner, tokens=3):
-    runner.prepare_step([0], [tokens], [0], [[[1]]])
+    runner.prepare_step([0], [tokens], [0], [[[1]]], order=runner.order_requests([0], [tokens]))
     return runner
 
 
@@ -76,7 +76,7 @@ def test_attention_outside_a_forward_scope_is_an_error():
 def test_step_in_the_wrong_order_names_the_request():
     runner = cpu_runner("CSR_PLAN")  # decodes first
     with pytest.raises(attnkit.Error) as info:
-        runner.prepare_step([7, 8], [4, 1], [0, 10], [[[1], [2]]])
+        runner.prepare_step([7, 8], [4, 1], [0, 10], [[[1], [2]]], order=runner.order_requests([7, 8], [4, 1]))
     assert "8" in info.value.value or "8" in str(info.value)
 
 
@@ -97,6 +97,7 @@ def test_wrong_dtype_tensor_is_refused():
         with pytest.raises(attnkit.Error) as info:  # float64 neither
             runner.attention("attn", q, k, v, out.astype(np.float64))
         assert info.value.field == "output dtype"
+        runner.abandon_step()  # the layer never ran: give the step up, or leaving the scope raises
     assert np.isnan(out).all(), "a refused call writes nothing"
 
 
@@ -110,6 +111,7 @@ def test_wrong_shape_is_refused():
             runner.attention("attn", q[:2], k[:2], v[:2], out[:2])
         with pytest.raises(attnkit.Error):  # more than 4 dimensions cannot be a TensorView
             runner.attention("attn", q.reshape(3, 4, 64, 1, 1), k, v, out)
+        runner.abandon_step()
 
 
 def test_strided_views_are_taken_as_they_are_not_copied():
@@ -144,6 +146,7 @@ def test_cuda_tensor_given_to_a_cpu_runner_is_refused():
         with pytest.raises(attnkit.Error) as info:  # a device type the binding does not know (Vulkan)
             runner.attention("attn", FakeDeviceArray(q, 7), k, v, out)
         assert info.value.field == "query device"
+        runner.abandon_step()
     assert np.isnan(out).all()
 
 
@@ -158,20 +161,21 @@ def test_cuda_platform_without_a_gpu_is_an_error():
 def test_bad_step_arguments():
     runner = cpu_runner()
     with pytest.raises(attnkit.Error) as info:
-        runner.prepare_step([0], [1.5], [0], [[[1]]])
+        runner.prepare_step([0], [1.5], [0], [[[1]]], order=runner.order_requests([0], [1.5]))
     assert info.value.field == "query_lens[0]"
     with pytest.raises(attnkit.Error) as info:
-        runner.prepare_step([0], [1], [0], [np.zeros((1, 2), np.float32)])
+        runner.prepare_step([0], [1], [0], [np.zeros((1, 2), np.float32)], order=runner.order_requests([0], [1]))
     assert info.value.field == "block_tables[0]"
     with pytest.raises(attnkit.Error):  # one table per KV group: this runner has one group
-        runner.prepare_step([0], [1], [0], [[[1]], [[2]]])
+        runner.prepare_step([0], [1], [0], [[[1]], [[2]]], order=runner.order_requests([0], [1]))
 
 
 def test_two_requests_writing_one_page_are_refused_with_the_checker_on():
     cfg = attnkit.RunnerConfig(platform="cpu", backend="REFERENCE", max_num_reqs=4, max_num_tokens=32,
                                max_model_len=64, num_blocks=16, check_invariants=True)
     runner = attnkit.ModelRunner([LAYER], cfg)
-    runner.prepare_step([0, 1], [3, 2], [0, 0], [[[1], [2]]])  # a valid step passes the checker
+    runner.prepare_step([0, 1], [3, 2], [0, 0], [[[1], [2]]], order=runner.order_requests([0, 1], [3, 2]))  # a valid step passes the checker
+    runner.abandon_step()  # its layers are not run here
     with pytest.raises(attnkit.Error) as info:  # two requests writing one block
-        runner.prepare_step([0, 1], [3, 2], [0, 0], [[[1], [1]]])
+        runner.prepare_step([0, 1], [3, 2], [0, 0], [[[1], [1]]], order=runner.order_requests([0, 1], [3, 2]))
     assert info.value.field == "block_tables[0]" and "one writer" in info.value.allowed

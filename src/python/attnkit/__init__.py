@@ -8,6 +8,8 @@ A thin package over the C++ library (the extension module ``attnkit._attnkit``):
   ``order_requests`` -> ``prepare_step`` -> ``with runner.forward(): runner.attention(...)``;
 * :func:`backends`, :func:`select` and :func:`priority_list` answer selection questions without a
   runner; :func:`replay` replays a batch record as ``attnkit replay`` does;
+* :class:`LLM` is the serving engine over a model directory: ``LLM(dir).generate(prompts,
+  SamplingParams(max_tokens=...))`` returns the token ids of each request (:class:`Completion`);
 * every error of the library is an :class:`Error` (a ``ValueError``) with ``field``, ``value`` and
   ``allowed``; :class:`SelectionError` adds ``candidates``, :class:`InvariantError` ``violations``.
 
@@ -22,11 +24,14 @@ from typing import Optional, Sequence
 
 from ._attnkit import (  # noqa: F401  (re-exported)
     ContextParallelGroup,
+    Completion,
     ContextParallelHub,
     Error,
     ForwardScope,
     InvariantError,
+    LLM,
     ModelRunner,
+    SamplingParams,
     Selection,
     SelectionError,
     backends,
@@ -40,13 +45,16 @@ from ._attnkit import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "ContextParallelGroup",
+    "Completion",
     "ContextParallelHub",
     "Error",
     "ForwardScope",
     "InvariantError",
     "LayerSpec",
+    "LLM",
     "ModelRunner",
     "RunnerConfig",
+    "SamplingParams",
     "Selection",
     "SelectionError",
     "backends",
@@ -107,7 +115,9 @@ class RunnerConfig:
     capture_sizes: token counts CUDA graphs are captured for (CUDA only; empty: eager). need_lse: every
     layer must be able to return the LSE. cascade: "heuristic", "never" or "always" (B4).
     optimistic_cpu_lengths: steps may carry host upper bounds (G6). check_invariants: run the V1-V9
-    checker after every prepare_step. k_scale, v_scale: fp8 KV scales (K8). kv_poison: what a fresh
+    checker after every prepare_step. k_scale, v_scale: fp8 KV scales (K8): a run with an fp8 KV cache
+    must set both (1.0 opts in to unit scales; left None it is refused, since e4m3 would clip real K/V
+    beyond +-448 silently); other caches take None or 1. kv_poison: what a fresh
     cache holds (NaN). compute_capability: for select() with platform "cuda" on a machine without a GPU.
     context_parallel_size, context_parallel_rank, context_parallel_interleave, context_parallel_group:
     D1 decode context parallelism, this runner being one rank (see ContextParallelHub); positions are
@@ -126,8 +136,8 @@ class RunnerConfig:
     cascade: str = "heuristic"
     optimistic_cpu_lengths: bool = False
     check_invariants: bool = False
-    k_scale: float = 1.0
-    v_scale: float = 1.0
+    k_scale: Optional[float] = None
+    v_scale: Optional[float] = None
     kv_poison: float = float("nan")
     compute_capability: Optional[int] = None
     context_parallel_size: int = 1

@@ -1,0 +1,139 @@
+#include "attnkit/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "attnkit/core/error.h"
+
+namespace attnkit {
+
+Scheduler::Scheduler(SchedulerLimits limits, KVCacheManager& kv) : limits_(limits), kv_(kv) {
+  ATTNKIT_REQUIRE(
+      limits_.max_num_batched_tokens >= 1 && limits_.max_num_seqs >= 1, "max_num_batched_tokens/max_num_seqs",
+      std::to_string(limits_.max_num_batched_tokens) + "/" + std::to_string(limits_.max_num_seqs), ">= 1 each");
+}
+
+void Scheduler::add(EngineRequest& request) {
+  request.state = RequestState::kWaiting;
+  waiting_.push_back(&request);
+}
+
+void Scheduler::remove(EngineRequest& request) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &request), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
+  if (request.holds_blocks) kv_.free(request.id);
+  request.holds_blocks = false;
+}
+
+std::int32_t Scheduler::chunk_size(const EngineRequest& r) const {
+  const auto remaining = static_cast<std::int32_t>(r.tokens.size()) - r.num_computed;
+  if (remaining <= budget_) return remaining;
+  return limits_.chunked_prefill ? budget_ : 0;
+}
+
+const ScheduleResult& Scheduler::schedule() {
+  result_ = ScheduleResult{};
+  budget_ = limits_.max_num_batched_tokens;
+  // Decodes first (one token each), then the rest of running prefills, FCFS within each. A copy:
+  // preemption edits running_.
+  for (const bool decodes : {true, false}) {
+    const std::vector<EngineRequest*> running = running_;
+    for (EngineRequest* r : running) {
+      if (r->state != RequestState::kRunning) continue;  // preempted meanwhile
+      const bool is_decode = static_cast<std::int32_t>(r->tokens.size()) - r->num_computed == 1;
+      if (is_decode == decodes) schedule_running(*r, decodes);
+    }
+  }
+  schedule_waiting();
+  return result_;
+}
+
+bool Scheduler::schedule_running(EngineRequest& r, bool decode) {
+  (void)decode;
+  if (static_cast<std::int32_t>(result_.chunks.size()) >= limits_.max_num_seqs) return false;
+  const std::int32_t n = chunk_size(r);
+  if (n == 0) return false;
+  if (!allocate_or_preempt(r, r.num_computed + n)) return false;
+  const bool completes = r.num_computed + n == static_cast<std::int32_t>(r.tokens.size());
+  result_.chunks.push_back({&r, n, completes});
+  result_.num_tokens += n;
+  budget_ -= n;
+  return true;
+}
+
+// E3: blocks for the request, preempting the newest other running requests while some group has
+// too few; when the request itself is the newest left, it is preempted instead.
+bool Scheduler::allocate_or_preempt(EngineRequest& r, std::int32_t num_tokens) {
+  while (!kv_.allocate(r.id, num_tokens)) {
+    EngineRequest* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      if (*it != &r) {
+        victim = *it;
+        break;
+      }
+    }
+    if (victim == nullptr) {
+      preempt(r);
+      return false;
+    }
+    preempt(*victim);
+  }
+  r.holds_blocks = true;
+  return true;
+}
+
+void Scheduler::preempt(EngineRequest& victim) {
+  // A chunk already scheduled this step goes back into the budget.
+  const auto it = std::find_if(result_.chunks.begin(), result_.chunks.end(),
+                               [&](const ScheduledChunk& c) { return c.request == &victim; });
+  if (it != result_.chunks.end()) {
+    budget_ += it->num_tokens;
+    result_.num_tokens -= it->num_tokens;
+    result_.chunks.erase(it);
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), &victim), running_.end());
+  if (victim.holds_blocks) kv_.free(victim.id);
+  victim.holds_blocks = false;
+  victim.num_computed = 0;  // recompute: its tokens so far become its prompt
+  victim.state = RequestState::kPreempted;
+  waiting_.push_front(&victim);
+  ++result_.num_preempted;
+}
+
+// Waiting requests in FCFS order while the budget and the request cap allow; a request whose blocks
+// do not fit stops the pass (none overtakes it), and never preempts a running one.
+void Scheduler::schedule_waiting() {
+  while (!waiting_.empty() && budget_ > 0 && static_cast<std::int32_t>(result_.chunks.size()) < limits_.max_num_seqs) {
+    EngineRequest& r = *waiting_.front();
+    std::int32_t hit = 0;
+    if (!r.holds_blocks) {
+      hit = kv_.acquire_cached_prefix(r.id, r.tokens);
+      r.num_computed = hit;
+      r.holds_blocks = true;
+    }
+    const std::int32_t n = chunk_size(r);
+    if (n == 0 || !kv_.allocate(r.id, r.num_computed + n)) {
+      kv_.free(r.id);
+      r.holds_blocks = false;
+      r.num_computed = 0;
+      break;
+    }
+    result_.prefix_hit_tokens += hit;
+    result_.prefix_queried_tokens += static_cast<std::int32_t>(r.tokens.size());
+    waiting_.pop_front();
+    r.state = RequestState::kRunning;
+    running_.push_back(&r);
+    const bool completes = r.num_computed + n == static_cast<std::int32_t>(r.tokens.size());
+    result_.chunks.push_back({&r, n, completes});
+    result_.num_tokens += n;
+    budget_ -= n;
+  }
+}
+
+void Scheduler::finish(EngineRequest& request) {
+  running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
+  if (request.holds_blocks) kv_.free(request.id);
+  request.holds_blocks = false;
+  request.state = RequestState::kFinished;
+}
+
+}  // namespace attnkit

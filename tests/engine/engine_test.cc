@@ -1,0 +1,298 @@
+// E1-E3 on the CPU with tiny random models of every family: continuous batching gives every request
+// the greedy tokens it gets alone; prefix caching on and off, a block budget small enough to force
+// preemption, and chunked against whole prefill all give the same tokens; stop conditions; bad
+// requests are refused while the others finish. ATTNKIT_TEST_PLATFORM=cuda runs the same tests on the
+// GPU (bf16), plus CUDA graphs against eager steps (scripts/device_engine.sh does).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include <unistd.h>
+#include <string>
+#include <vector>
+
+#include "attnkit/core/error.h"
+#include "attnkit/engine/engine.h"
+#include "attnkit/model/make_model.h"
+#include "attnkit/platform/platform.h"
+
+namespace attnkit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Made once per test process, in a folder of its own (ctest runs tests as parallel processes; and
+// never a folder left by an older build, whose shapes may differ).
+std::string tiny_model(ModelFamily family) {
+  static std::set<ModelFamily> made;
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("attnkit_engine_" + std::string(to_string(family)) + "_" + std::to_string(::getpid()));
+  if (made.insert(family).second) {
+    fs::remove_all(dir);
+    MakeModelOptions o;
+    o.family = family;
+    o.size = ModelSize::kTiny;
+    o.seed = 11;
+    o.dtype = DType::kFloat32;
+    o.threads = 1;
+    make_model(o, dir.string());
+  }
+  return dir.string();
+}
+
+// The CPU unless ATTNKIT_TEST_PLATFORM=cuda (then a GPU is required: no silent CPU run).
+Platform test_platform() {
+  const char* name = std::getenv("ATTNKIT_TEST_PLATFORM");
+  if (name == nullptr || std::string(name) == "cpu") return Platform::cpu();
+  if (std::string(name) != "cuda") throw Error("ATTNKIT_TEST_PLATFORM", name, "cpu, cuda");
+  const GpuProbe gpu = probe_gpu();
+  if (!gpu.available()) throw Error("ATTNKIT_TEST_PLATFORM", "cuda", "cpu (no usable GPU here)", gpu.error);
+  return Platform::cuda(gpu.compute_capability, gpu.device_name);
+}
+
+EngineConfig small_engine(std::int32_t blocks = 48) {
+  EngineConfig c;
+  c.executor.platform = test_platform();
+  c.executor.max_num_reqs = 6;
+  c.executor.max_num_tokens = 48;
+  c.executor.max_model_len = 96;
+  c.executor.num_blocks = blocks;
+  c.executor.block_size = 16;
+  return c;
+}
+
+std::vector<std::int32_t> prompt_of(std::uint32_t seed, int length, std::int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> token(3, static_cast<std::int32_t>(vocab - 1));
+  std::vector<std::int32_t> p(static_cast<std::size_t>(length));
+  for (auto& t : p) t = token(rng);
+  return p;
+}
+
+RequestSpec greedy(std::vector<std::int32_t> prompt, std::int32_t max_tokens) {
+  RequestSpec s;
+  s.prompt = std::move(prompt);
+  s.max_tokens = max_tokens;
+  s.ignore_eos = true;  // random weights: a fixed number of tokens
+  return s;
+}
+
+// Runs every request to the end; request i is added when step `arrival[i]` begins.
+std::vector<std::vector<std::int32_t>> run(Engine& engine, const std::vector<RequestSpec>& specs,
+                                           const std::vector<int>& arrival, EngineTotals* totals = nullptr) {
+  std::vector<std::int64_t> ids(specs.size(), -1);
+  for (int step = 0;; ++step) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (arrival[i] == step) ids[i] = engine.add_request(specs[i]);
+    }
+    const bool pending = std::any_of(arrival.begin(), arrival.end(), [&](int a) { return a > step; });
+    if (!engine.has_unfinished_requests() && !pending) break;
+    engine.step();
+    if (totals) totals->add(engine.last_step_stats());
+    if (step > 2000) ADD_FAILURE() << "the engine made no progress";
+    if (step > 2000) break;
+  }
+  std::vector<std::vector<std::int32_t>> out;
+  for (std::int64_t id : ids) out.push_back(engine.generated(id));
+  return out;
+}
+
+std::vector<std::vector<std::int32_t>> alone(const std::string& model, const std::vector<RequestSpec>& specs) {
+  std::vector<std::vector<std::int32_t>> out;
+  for (const RequestSpec& s : specs) {
+    Engine engine(load_model(model), small_engine());
+    out.push_back(run(engine, {s}, {0}).front());
+  }
+  return out;
+}
+
+class EngineFamily : public ::testing::TestWithParam<ModelFamily> {};
+
+TEST_P(EngineFamily, ContinuousBatchingGivesTheTokensEachRequestGetsAlone) {
+  const std::string model = tiny_model(GetParam());
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 5; ++i) specs.push_back(greedy(prompt_of(100 + i, 5 + 4 * i, vocab), 12));
+  Engine engine(load_model(model), small_engine());
+  EXPECT_EQ(run(engine, specs, {0, 0, 2, 3, 7}), alone(model, specs));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamily, ::testing::ValuesIn(kAllModelFamilies),
+                         [](const ::testing::TestParamInfo<ModelFamily>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+TEST(Engine, PrefixCachingOnAndOffGiveTheSameTokensAndSharedPromptsHit) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  const std::vector<std::int32_t> system = prompt_of(7, 40, vocab);  // two full blocks and a half
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::int32_t> p = system;
+    const auto tail = prompt_of(200 + i, 3 + i, vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    specs.push_back(greedy(p, 8));
+  }
+  EngineConfig on = small_engine(), off = small_engine();
+  off.enable_prefix_caching = false;
+  Engine cached(load_model(model), on), plain(load_model(model), off);
+  EngineTotals hits;
+  const auto a = run(cached, specs, {0, 3, 4, 9}, &hits);
+  const auto b = run(plain, specs, {0, 3, 4, 9});
+  EXPECT_EQ(a, b);
+  EXPECT_GT(hits.prefix_hit_tokens, 0) << "the later requests share the first 40 tokens";
+  EXPECT_EQ(hits.prefix_hit_tokens % 16, 0) << "whole blocks only";
+}
+
+// B4 in use: requests that share a long system prompt share its cached pages, so a backend whose
+// cost rule likes it reads that prefix once for all (REFERENCE's heuristic: a prefix of 256 tokens or
+// more shared by 8 requests or more);
+// the engine reports those steps, and the tokens equal a run where nothing is shared.
+TEST(Engine, SharedSystemPromptEngagesTheCascadeAndChangesNoToken) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  const std::vector<std::int32_t> system = prompt_of(9, 272, vocab);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 9; ++i) {
+    std::vector<std::int32_t> p = system;
+    const auto tail = prompt_of(900 + i, 4 + i, vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    specs.push_back(greedy(p, 10));
+  }
+  EngineConfig shared = small_engine(/*blocks=*/200), separate = small_engine(/*blocks=*/200);
+  for (EngineConfig* c : {&shared, &separate}) {
+    c->executor.backend = "REFERENCE";
+    c->executor.max_model_len = 320;
+    c->executor.max_num_tokens = 512;
+    c->executor.max_num_reqs = 8;
+    c->max_num_batched_tokens = 512;
+  }
+  separate.enable_prefix_caching = false;
+  Engine a(load_model(model), shared), b(load_model(model), separate);
+  // The first request fills the cache; the other eight arrive together and share its pages.
+  std::int64_t cascade_steps = 0;
+  std::vector<std::int64_t> ids{a.add_request(specs[0])};
+  while (a.has_unfinished_requests()) a.step();
+  for (std::size_t i = 1; i < specs.size(); ++i) ids.push_back(a.add_request(specs[i]));
+  while (a.has_unfinished_requests()) {
+    a.step();
+    cascade_steps += a.last_step_stats().cascade;
+  }
+  std::vector<std::vector<std::int32_t>> got;
+  for (std::int64_t id : ids) got.push_back(a.generated(id));
+  EXPECT_EQ(got, run(b, specs, {0, 40, 40, 40, 40, 40, 40, 40, 40}));
+  EXPECT_GT(cascade_steps, 0) << "eight requests on one cached 272-token prompt";
+}
+
+TEST(Engine, PreemptionByRecomputeGivesTheSameTokens) {
+  const std::string model = tiny_model(ModelFamily::kQwen3);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 5; ++i) specs.push_back(greedy(prompt_of(300 + i, 10, vocab), 20));
+  Engine tight(load_model(model), small_engine(/*blocks=*/6));  // 5 usable blocks of 16 tokens
+  EngineTotals totals;
+  const auto got = run(tight, specs, {0, 0, 0, 0, 0}, &totals);
+  EXPECT_GT(totals.preemptions, 0) << "5 requests of 30 tokens cannot all hold 2 blocks of 5";
+  EXPECT_EQ(got, alone(model, specs));
+}
+
+TEST(Engine, ChunkedAndWholePrefillGiveTheSameTokens) {
+  const std::string model = tiny_model(ModelFamily::kGemma2);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) specs.push_back(greedy(prompt_of(400 + i, 30 + i, vocab), 8));
+  EngineConfig chunked = small_engine();
+  chunked.max_num_batched_tokens = 7;  // every prompt runs in chunks
+  Engine a(load_model(model), chunked), b(load_model(model), small_engine());
+  EngineTotals stats;
+  EXPECT_EQ(run(a, specs, {0, 0, 1}, &stats), run(b, specs, {0, 0, 1}));
+  EXPECT_GT(stats.prefill_chunks, 3) << "prompts of 30 tokens in chunks of at most 7";
+}
+
+TEST(Engine, StopConditions) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  const RequestSpec base = greedy(prompt_of(500, 6, vocab), 10);
+  Engine reference(load_model(model), small_engine());
+  const std::vector<std::int32_t> free_run = run(reference, {base}, {0}).front();
+  ASSERT_EQ(free_run.size(), 10u);
+
+  RequestSpec by_token = base;
+  by_token.stop_token_ids = {free_run[3]};
+  RequestSpec by_sequence = base;
+  by_sequence.stop_sequences = {{free_run[4], free_run[5]}};
+  Engine engine(load_model(model), small_engine());
+  const auto out = run(engine, {by_token, by_sequence}, {0, 0});
+  const auto first = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
+  EXPECT_EQ(out[0], std::vector<std::int32_t>(free_run.begin(), free_run.begin() + first + 1));
+  EXPECT_EQ(out[1].back(), free_run[5]);
+  EXPECT_LE(out[1].size(), 6u);
+}
+
+TEST(Engine, BadRequestsAreRefusedWhileTheOthersFinish) {
+  const std::string model = tiny_model(ModelFamily::kMistral);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  Engine engine(load_model(model), small_engine());
+  const std::int64_t good = engine.add_request(greedy(prompt_of(600, 5, vocab), 6));
+  engine.step();
+  const auto field = [&](RequestSpec s) {
+    try {
+      engine.add_request(std::move(s));
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(field(greedy({}, 4)), "prompt");
+  EXPECT_EQ(field(greedy({1, static_cast<std::int32_t>(vocab)}, 4)), "prompt[1]");
+  EXPECT_EQ(field(greedy({1, -3}, 4)), "prompt[1]");
+  EXPECT_EQ(field(greedy({1, 2}, 0)), "max_tokens");
+  EXPECT_EQ(field(greedy(prompt_of(601, 90, vocab), 10)), "prompt + max_tokens");
+  RequestSpec hot = greedy({1, 2}, 3);
+  hot.sampling.temperature = -1.0f;
+  EXPECT_EQ(field(hot), "temperature");
+  while (engine.has_unfinished_requests()) engine.step();
+  EXPECT_EQ(engine.generated(good).size(), 6u);
+  EXPECT_EQ(engine.state(good), RequestState::kFinished);
+}
+
+TEST(Engine, GraphStepsGiveTheTokensOfEagerSteps) {
+  if (test_platform().kind != PlatformKind::kCuda) GTEST_SKIP() << "CUDA graphs: ATTNKIT_TEST_PLATFORM=cuda on a GPU";
+  const std::string model = tiny_model(ModelFamily::kGemma3);  // two KV groups (sliding and global)
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 6; ++i) specs.push_back(greedy(prompt_of(800 + i, 3 + 5 * i, vocab), 16));
+  EngineConfig graphs = small_engine();
+  graphs.executor.capture_sizes = {1, 2, 4, 8, 16, 32, 48};
+  Engine eager(load_model(model), small_engine()), captured(load_model(model), graphs);
+  std::int64_t replayed = 0;
+  std::vector<std::int64_t> ids;
+  for (const RequestSpec& s : specs) ids.push_back(captured.add_request(s));
+  while (captured.has_unfinished_requests()) {
+    captured.step();
+    replayed += captured.last_step_stats().graph_replayed;
+  }
+  std::vector<std::vector<std::int32_t>> got;
+  for (std::int64_t id : ids) got.push_back(captured.generated(id));
+  EXPECT_EQ(got, run(eager, specs, {0, 0, 0, 0, 0, 0}));
+  EXPECT_GT(replayed, 0) << "decode steps of a captured size replay their graph";
+}
+
+TEST(Engine, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
+  const std::string model = tiny_model(ModelFamily::kQwen2);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  RequestSpec s = greedy(prompt_of(700, 9, vocab), 10);
+  s.sampling = {0.9f, 20, 0.9f, 1234};
+  std::vector<RequestSpec> batch{s, greedy(prompt_of(701, 4, vocab), 10), greedy(prompt_of(702, 12, vocab), 10)};
+  Engine a(load_model(model), small_engine()), b(load_model(model), small_engine());
+  const auto together = run(a, batch, {0, 0, 1});
+  const auto single = run(b, {s}, {0});
+  EXPECT_EQ(together[0], single[0]);
+}
+
+}  // namespace
+}  // namespace attnkit

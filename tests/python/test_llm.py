@@ -1,0 +1,120 @@
+"""attnkit.LLM: the serving engine from Python (issue 33 §7), on the CPU with a tiny random model.
+
+Each request's greedy tokens must not depend on the requests it is batched with: the batch's
+results are compared with each prompt generated alone. Prefix caching reports hits on a shared
+prompt and changes no token; a bad request refuses the whole call, naming the prompt and the field.
+"""
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import attnkit
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    cli = os.environ.get("ATTNKIT_CLI")
+    if not cli or not pathlib.Path(cli).exists():
+        pytest.fail("ATTNKIT_CLI (the attnkit program, set by ctest) is needed to make the test model")
+    folder = tmp_path_factory.mktemp("llm") / "qwen3-tiny"
+    subprocess.run([cli, "make-model", "--family", "qwen3", "--size", "tiny", "--seed", "5", "--dtype", "fp32",
+                    str(folder)], check=True, capture_output=True)
+    return str(folder)
+
+
+def prompts_of(seed, lengths, vocab=256):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, vocab, size=n).tolist() for n in lengths]
+
+
+def make_llm(model_dir, **kw):
+    args = dict(platform="cpu", max_num_seqs=4, max_num_batched_tokens=32, max_model_len=128, kv_memory_mb=4)
+    args.update(kw)
+    return attnkit.LLM(model_dir, **args)
+
+
+def test_batched_generation_equals_each_prompt_alone(model_dir):
+    llm = make_llm(model_dir)
+    prompts = prompts_of(1, [5, 40, 17, 9, 23])
+    params = attnkit.SamplingParams(max_tokens=12, ignore_eos=True)
+    together = llm.generate(prompts, params)
+    assert [c.prompt_token_ids for c in together] == prompts
+    for prompt, completion in zip(prompts, together):
+        alone = llm.generate([prompt], params)[0]
+        assert completion.token_ids == alone.token_ids
+        assert len(completion.token_ids) == 12 and completion.finish_reason == "length"
+    # 40 tokens over a budget of 32: the long prompt ran in chunks, and 5 prompts over 4 slots queued.
+    assert llm.last_run()["steps"] >= 12
+
+
+def test_prefix_caching_hits_and_changes_no_token(model_dir):
+    system = prompts_of(2, [48])[0]
+    prompts = [system + tail for tail in prompts_of(3, [6, 11, 3])]
+    params = attnkit.SamplingParams(max_tokens=8, ignore_eos=True)
+    cached = make_llm(model_dir, enable_prefix_caching=True)
+    cached.generate(prompts[:1], params)  # fills the cache with the shared prompt's full blocks
+    with_cache = cached.generate(prompts, params)
+    hits = cached.last_run()
+    assert hits["prefix_hit_tokens"] > 0 and hits["prefix_queried_tokens"] > 0
+    plain = make_llm(model_dir, enable_prefix_caching=False)
+    without = plain.generate(prompts, params)
+    assert plain.last_run()["prefix_hit_tokens"] == 0
+    assert [c.token_ids for c in with_cache] == [c.token_ids for c in without]
+
+
+def test_sampling_is_seeded_per_request(model_dir):
+    llm = make_llm(model_dir)
+    prompts = prompts_of(4, [7, 7])
+    sampled = attnkit.SamplingParams(max_tokens=10, temperature=1.0, top_k=20, top_p=0.9, seed=9, ignore_eos=True)
+    first = llm.generate(prompts, [sampled, attnkit.SamplingParams(max_tokens=4, ignore_eos=True)])
+    again = llm.generate([prompts[0]], sampled)
+    assert first[0].token_ids == again[0].token_ids
+    assert len(first[1].token_ids) == 4
+
+
+def test_stop_token_ends_a_request(model_dir):
+    llm = make_llm(model_dir)
+    prompt = prompts_of(5, [9])[0]
+    free = llm.generate([prompt], attnkit.SamplingParams(max_tokens=10, ignore_eos=True))[0].token_ids
+    stop = free[3]
+    cut = llm.generate([prompt], attnkit.SamplingParams(max_tokens=10, stop_token_ids=[stop], ignore_eos=True))[0]
+    assert cut.token_ids == free[: free.index(stop) + 1]
+    assert cut.finish_reason == "stop_token"
+
+
+@pytest.mark.parametrize(
+    "prompt, params, field",
+    [
+        ([], attnkit.SamplingParams(), "prompts[1].prompt"),
+        ([1, 2, 100000], attnkit.SamplingParams(), "prompts[1].prompt[2]"),
+        ([1, 2, 3], attnkit.SamplingParams(max_tokens=0), "prompts[1].max_tokens"),
+        (list(range(3, 130)), attnkit.SamplingParams(max_tokens=8), "prompts[1].prompt + max_tokens"),
+    ],
+)
+def test_bad_request_refuses_the_call_naming_the_field(model_dir, prompt, params, field):
+    llm = make_llm(model_dir)
+    good = prompts_of(6, [5])[0]
+    with pytest.raises(attnkit.Error) as info:
+        llm.generate([good, prompt], [attnkit.SamplingParams(max_tokens=3), params])
+    assert info.value.field == field
+    # Nothing was left queued: the next call runs alone and completes.
+    assert len(llm.generate([good], attnkit.SamplingParams(max_tokens=3))[0].token_ids) <= 3
+
+
+def test_bad_sampling_params_are_refused():
+    with pytest.raises(attnkit.Error) as info:
+        attnkit.SamplingParams(top_p=0.0)
+    assert info.value.field == "top_p"
+    with pytest.raises(attnkit.Error):
+        attnkit.SamplingParams(temperature=-1.0)
+
+
+def test_sampling_params_list_must_match_prompts(model_dir):
+    llm = make_llm(model_dir)
+    with pytest.raises(attnkit.Error) as info:
+        llm.generate(prompts_of(7, [4, 4]), [attnkit.SamplingParams()])
+    assert info.value.field == "sampling_params"
