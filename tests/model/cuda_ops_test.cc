@@ -859,7 +859,18 @@ TEST_F(CudaOps, PerStepCallsAllocateNothingFromTheInjectedMemory) {
   ops->gather_rows(a.view(), ids.data(), 3, c.view().rows_at(0, 3), stream());
   ops->soft_cap(a.view(), 30.0f, stream());
   ops->convert(a.view(), logits.view(), stream());
+  // Sampling: its parameters and tokens are the caller's device memory (the executor's fixed buffers).
+  const std::vector<RowSampling> rows = {{}, {1.0f, 0, 1.0f, 0, 1, 2}, {0.7f, 5, 0.9f, 0, 3, 4}, {1.2f, 0, 0.5f, 0, 5, 6}};
+  RowSampling* rows_g = nullptr;
+  std::int32_t* tokens = nullptr;
+  check_cuda(cudaMalloc(&rows_g, rows.size() * sizeof(RowSampling)), "cudaMalloc");
+  check_cuda(cudaMemcpy(rows_g, rows.data(), rows.size() * sizeof(RowSampling), cudaMemcpyHostToDevice), "upload");
+  check_cuda(cudaMalloc(&tokens, 4 * sizeof(std::int32_t)), "cudaMalloc");
+  ops->argmax_rows(logits.view(), tokens, stream());
+  ops->sample_rows(logits.view(), rows_g, tokens, stream());
   finish();
+  (void)cudaFree(tokens);
+  (void)cudaFree(rows_g);
   EXPECT_EQ(memory.allocations, after_loading);
 }
 
@@ -871,6 +882,9 @@ TEST_F(CudaOps, RefusesArgumentsNamingTheField) {
   const std::vector<float> host_bias(16, 1.0f);
   EXPECT_EQ(field_of([&] { gpu->linear(x.view(), wg, host_bias.data(), y.view(), stream()); }), "linear.bias");
   EXPECT_EQ(field_of([&] { gpu->soft_cap(x.view(), -1.0f, stream()); }), "soft_cap.cap");
+  std::int32_t* no_tokens = nullptr;
+  EXPECT_EQ(field_of([&] { gpu->sample_rows(x.view(), nullptr, no_tokens, stream()); }), "sample_rows.x.dtype");
+  EXPECT_EQ(field_of([&] { gpu->sample_rows(x32.view(), nullptr, no_tokens, stream()); }), "sample_rows.params");
   finish();
   EXPECT_TRUE(y.untouched_outside());
 }
