@@ -357,7 +357,8 @@ __device__ ArgmaxCandidate block_argmax(const float* x, std::int64_t cols, Argma
     best = better(best, {v, isfinite(v) ? static_cast<std::int32_t>(c) : -1});
   }
   for (int offset = 16; offset > 0; offset /= 2) {
-    best = better(best, {__shfl_xor_sync(kFullMask, best.value, offset), __shfl_xor_sync(kFullMask, best.column, offset)});
+    best = better(best, {__shfl_xor_sync(kFullMask, best.value, offset),
+                         __shfl_xor_sync(kFullMask, best.column, offset)});
   }
   if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = best;
   __syncthreads();
@@ -500,7 +501,8 @@ __device__ std::int32_t block_draw(const float* x, std::int64_t cols, std::uint3
                           static_cast<std::int32_t>(i)});
   }
   for (int offset = 16; offset > 0; offset /= 2) {
-    best = smaller(best, {__shfl_xor_sync(kFullMask, best.key, offset), __shfl_xor_sync(kFullMask, best.column, offset)});
+    best = smaller(best, {__shfl_xor_sync(kFullMask, best.key, offset),
+                          __shfl_xor_sync(kFullMask, best.column, offset)});
   }
   if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = best;
   __syncthreads();
@@ -523,7 +525,8 @@ __global__ void __launch_bounds__(kRowThreads) sample_rows_kernel(const __grid_c
   }
   std::uint32_t at_least = 0;  // every finite value's key is larger
   if (plan.top_k > 0 && plan.top_k < p.cols) {
-    at_least = radix_select<false>(x, p.cols, at_least, top.value, plan, static_cast<unsigned long long>(plan.top_k), sh);
+    const auto k = static_cast<unsigned long long>(plan.top_k);
+    at_least = radix_select<false>(x, p.cols, at_least, top.value, plan, k, sh);
   }
   if (plan.top_p < sampling_math::kTopPOne) at_least = radix_select<true>(x, p.cols, at_least, top.value, plan, 0, sh);
   const std::int32_t token = block_draw(x, p.cols, at_least, top.value, plan, sh.keys);
