@@ -185,6 +185,80 @@ void print_split(const std::vector<StepRecord>& steps) {
   line("decode (median of " + std::to_string(steps.size() - 1) + ")", {median(p), median(a), median(g), median(o), median(t)});
 }
 
+struct Generation {
+  std::vector<std::vector<std::int32_t>> tokens;  // per prompt
+  std::vector<StepRecord> steps;
+};
+
+// Every prompt in one batch until each has --max-tokens (or an end-of-sequence id). Request i samples
+// with seed + i, its token number t with counter t (model/sampler.h). With a logits file each step
+// returns the logits, written to it, and the host samples them by the same definition; otherwise
+// the step's platform samples and only token ids return.
+Generation generate_batch(ModelExecutor& ex, const std::vector<std::vector<std::int32_t>>& prompts,
+                          const SamplingParams& sampling, const GenerateFlags& f, LogitsFile* logits_file) {
+  const auto& eos = ex.arch().eos_token_ids;
+  Generation g;
+  g.tokens.resize(prompts.size());
+  std::vector<SamplingParams> per_request(prompts.size(), sampling);
+  for (std::size_t i = 0; i < prompts.size(); ++i) per_request[i].seed = sampling.seed + i;  // its own stream
+  SampleScratch scratch;
+  std::vector<bool> done(prompts.size(), false);
+  std::vector<std::int32_t> computed(prompts.size(), 0);
+  FreshBlocks blocks(ex.num_kv_groups(), ex.block_size());
+  while (true) {
+    std::vector<std::size_t> live;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      if (!done[i]) live.push_back(i);
+    }
+    if (live.empty()) break;
+    std::vector<std::vector<std::int32_t>> tokens(live.size());
+    std::vector<std::vector<std::span<const std::int32_t>>> rows(live.size());
+    std::vector<StepRequest> reqs(live.size());
+    for (std::size_t j = 0; j < live.size(); ++j) {
+      const std::size_t i = live[j];
+      tokens[j] = computed[i] == 0 ? prompts[i] : std::vector<std::int32_t>{g.tokens[i].back()};
+      rows[j] = blocks.grow(i, computed[i] + static_cast<std::int32_t>(tokens[j].size()));
+      reqs[j] = {static_cast<std::int32_t>(i), tokens[j], computed[i], rows[j], per_request[i], g.tokens[i].size()};
+    }
+    const StepOutput& out = ex.execute(reqs, logits_file ? StepResult::kLogits : StepResult::kSampledTokens);
+    g.steps.push_back({out.num_reqs, out.num_tokens, out.times, out.graph_replayed});
+    for (std::size_t j = 0; j < live.size(); ++j) {
+      const std::size_t i = live[j];
+      std::int32_t next = 0;
+      if (logits_file) {
+        const auto vocab = static_cast<std::size_t>(out.vocab_size);
+        const auto row = out.logits.subspan(j * vocab, vocab);
+        logits_file->write_row(i, g.tokens[i].size(), row);
+        next = sample_token(row, per_request[i], g.tokens[i].size(), scratch);
+      } else {
+        next = out.sampled_tokens[j];
+      }
+      computed[i] += static_cast<std::int32_t>(tokens[j].size());
+      g.tokens[i].push_back(next);
+      const bool is_eos = std::find(eos.begin(), eos.end(), next) != eos.end();
+      done[i] = static_cast<std::int32_t>(g.tokens[i].size()) >= f.max_tokens || (is_eos && !f.ignore_eos);
+    }
+  }
+  return g;
+}
+
+void write_json(const GenerateFlags& f, const ModelExecutor& ex, const SamplingParams& sampling,
+                const std::vector<std::vector<std::int32_t>>& prompts, const Generation& g) {
+  nlohmann::json j;
+  j["model"] = f.model;
+  j["family"] = std::string(to_string(ex.arch().family));
+  j["platform"] = ex.config().platform.describe();
+  j["backend"] = std::string(ex.runner().selection(ex.runner().layer_id_at(0)).backend->name());
+  j["sampling"] = sampling.describe();
+  for (std::size_t i = 0; i < prompts.size(); ++i) j["outputs"].push_back({{"prompt_ids", prompts[i]}, {"token_ids", g.tokens[i]}});
+  for (const StepRecord& s : g.steps) {
+    j["steps"].push_back({{"requests", s.requests}, {"tokens", s.tokens}, {"graph_replayed", s.graph}, {"times", times_json(s.times)}});
+  }
+  std::ofstream file(f.output_json);
+  ATTNKIT_REQUIRE(file.good(), "--output-json", f.output_json, "a writable file");
+  file << j.dump(1) << "\n";
+}
+
 void run_generate(const GenerateFlags& f) {
   ATTNKIT_REQUIRE(!f.prompts.empty(), "--prompt-ids", "none", "at least one prompt");
   ATTNKIT_REQUIRE(f.max_tokens >= 1, "--max-tokens", std::to_string(f.max_tokens), ">= 1");
@@ -217,72 +291,18 @@ void run_generate(const GenerateFlags& f) {
   ModelExecutor ex(model, ec);
   ex.set_profiling(f.profile);
   if (logits_file) logits_file->start(static_cast<std::int64_t>(prompts.size()), f.max_tokens, model.arch.vocab_size);
-  const auto& eos = model.arch.eos_token_ids;
-
-  std::vector<std::vector<std::int32_t>> generated(prompts.size());
-  std::vector<TokenSampler> samplers;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    SamplingParams p = sampling;
-    p.seed = sampling.seed + i;  // each request its own stream
-    samplers.emplace_back(p);
-  }
-  std::vector<bool> done(prompts.size(), false);
-  std::vector<std::int32_t> computed(prompts.size(), 0);
-  FreshBlocks blocks(ex.num_kv_groups(), ex.block_size());
-  std::vector<StepRecord> steps;
-  while (true) {
-    std::vector<std::size_t> live;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      if (!done[i]) live.push_back(i);
-    }
-    if (live.empty()) break;
-    std::vector<std::vector<std::int32_t>> tokens(live.size());
-    std::vector<std::vector<std::span<const std::int32_t>>> rows(live.size());
-    std::vector<StepRequest> reqs(live.size());
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      const std::size_t i = live[j];
-      tokens[j] = computed[i] == 0 ? prompts[i] : std::vector<std::int32_t>{generated[i].back()};
-      rows[j] = blocks.grow(i, computed[i] + static_cast<std::int32_t>(tokens[j].size()));
-      reqs[j] = {static_cast<std::int32_t>(i), tokens[j], computed[i], rows[j]};
-    }
-    const StepOutput& out = ex.execute(reqs);
-    steps.push_back({out.num_reqs, out.num_tokens, out.times, out.graph_replayed});
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      const std::size_t i = live[j];
-      const auto row = out.logits.subspan(j * static_cast<std::size_t>(out.vocab_size),
-                                          static_cast<std::size_t>(out.vocab_size));
-      if (logits_file) logits_file->write_row(i, generated[i].size(), row);
-      const std::int32_t next = samplers[i].next(row);
-      computed[i] += static_cast<std::int32_t>(tokens[j].size());
-      generated[i].push_back(next);
-      const bool is_eos = std::find(eos.begin(), eos.end(), next) != eos.end();
-      done[i] = static_cast<std::int32_t>(generated[i].size()) >= f.max_tokens || (is_eos && !f.ignore_eos);
-    }
-  }
+  const Generation g = generate_batch(ex, prompts, sampling, f, logits_file ? &*logits_file : nullptr);
   if (logits_file) {
-    for (std::size_t i = 0; i < prompts.size(); ++i) logits_file->fill_nan(i, generated[i].size());
+    for (std::size_t i = 0; i < prompts.size(); ++i) logits_file->fill_nan(i, g.tokens[i].size());
     logits_file->close();
   }
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     std::cout << "prompt " << i << " -> ";
-    for (std::size_t t = 0; t < generated[i].size(); ++t) std::cout << (t ? "," : "") << generated[i][t];
+    for (std::size_t t = 0; t < g.tokens[i].size(); ++t) std::cout << (t ? "," : "") << g.tokens[i][t];
     std::cout << "\n";
   }
-  print_split(steps);
-  if (f.output_json.empty()) return;
-  nlohmann::json j;
-  j["model"] = f.model;
-  j["family"] = std::string(to_string(model.arch.family));
-  j["platform"] = ec.platform.describe();
-  j["backend"] = std::string(ex.runner().selection(ex.runner().layer_id_at(0)).backend->name());
-  j["sampling"] = sampling.describe();
-  for (std::size_t i = 0; i < prompts.size(); ++i) j["outputs"].push_back({{"prompt_ids", prompts[i]}, {"token_ids", generated[i]}});
-  for (const StepRecord& s : steps) {
-    j["steps"].push_back({{"requests", s.requests}, {"tokens", s.tokens}, {"graph_replayed", s.graph}, {"times", times_json(s.times)}});
-  }
-  std::ofstream file(f.output_json);
-  ATTNKIT_REQUIRE(file.good(), "--output-json", f.output_json, "a writable file");
-  file << j.dump(1) << "\n";
+  print_split(g.steps);
+  if (!f.output_json.empty()) write_json(f, ex, sampling, prompts, g);
 }
 
 }  // namespace

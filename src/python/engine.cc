@@ -183,7 +183,8 @@ void bind_engine(nb::module_& m) {
           "stop_token_ids"_a = std::vector<std::int32_t>{},
           "stop_sequences"_a = std::vector<std::vector<std::int32_t>>{}, "ignore_eos"_a = false,
           "temperature 0 is greedy (the lowest id on ties); top_k 0 keeps every token; top_p in (0, 1]. seed:\n"
-          "the request's own generator, so its tokens never depend on the other requests of its steps.\n"
+          "with the number of tokens generated so far, it alone draws each token (on the step's platform, the\n"
+          "same on CPU and CUDA), so a request's tokens never depend on the other requests of its steps.\n"
           "stop_token_ids: besides the model's end-of-sequence ids (ignored with ignore_eos);\n"
           "stop_sequences: lists of token ids that end the request when generated.")
       .def_rw("max_tokens", &PySamplingParams::max_tokens)

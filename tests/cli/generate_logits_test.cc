@@ -11,11 +11,13 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/model/sampler.h"
 #include "cli/cli_runner.h"
 #include "cli/exit_codes.h"
 
@@ -103,6 +105,36 @@ TEST_F(CliGenerateLogits, GreedyTokensAreTheArgmaxOfTheirRows) {
       }
     }
   }
+}
+
+// Seeded sampling: with --output-logits the host samples the rows it writes, without it the step's
+// platform samples and only token ids come back; both give the same tokens, and every token is the
+// definition's pick (model/sampler.h) from its row, request r with seed + r, its token t with counter t.
+TEST_F(CliGenerateLogits, SampledTokensAreTheDefinitionsPickFromTheirRows) {
+  const std::vector<std::string> sampling = {"--ignore-eos", "--temperature", "0.9", "--top-k", "40", "--top-p", "0.9",
+                                             "--seed", "5"};
+  std::vector<std::string> host = sampling, device = sampling;
+  host.insert(host.end(), {"--output-json", scratch_.sub("host.json"), "--output-logits", scratch_.sub("host.npy")});
+  device.insert(device.end(), {"--output-json", scratch_.sub("device.json")});
+  const CliRun on_host = generate(host), on_platform = generate(device);
+  ASSERT_EQ(on_host.exit_code, cli::kExitOk) << on_host.both();
+  ASSERT_EQ(on_platform.exit_code, cli::kExitOk) << on_platform.both();
+  const auto tokens = generated_tokens(scratch_.sub("host.json"));
+  EXPECT_EQ(generated_tokens(scratch_.sub("device.json")), tokens);
+  const Npy npy = read_npy(scratch_.sub("host.npy"));
+  ASSERT_EQ(npy.data.size(), 3u * 6 * kVocab);
+  SampleScratch scratch;
+  int not_argmax = 0;
+  for (std::size_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(tokens[r].size(), 6u);
+    for (std::size_t t = 0; t < 6; ++t) {
+      const std::span<const float> row(npy.data.data() + (r * 6 + t) * kVocab, kVocab);
+      const SamplingParams p{0.9f, 40, 0.9f, 5 + r};
+      EXPECT_EQ(sample_token(row, p, t, scratch), tokens[r][t]) << "request " << r << " step " << t;
+      not_argmax += std::max_element(row.begin(), row.end()) - row.begin() != tokens[r][t];
+    }
+  }
+  EXPECT_GT(not_argmax, 0) << "sampling, not the greedy choice";
 }
 
 TEST_F(CliGenerateLogits, RowsAfterAnEndOfSequenceAreNan) {

@@ -1,6 +1,7 @@
 // E1-E3 on the CPU with tiny random models of every family: continuous batching gives every request
 // the greedy tokens it gets alone; prefix caching on and off, a block budget small enough to force
-// preemption, and chunked against whole prefill all give the same tokens; stop conditions; bad
+// preemption, and chunked against whole prefill all give the same tokens, greedy and seeded
+// sampling (on the step's platform) alike; stop conditions; bad
 // requests are refused while the others finish. ATTNKIT_TEST_PLATFORM=cuda runs the same tests on the
 // GPU (bf16), plus CUDA graphs against eager steps (scripts/device_engine.sh does).
 #include <gtest/gtest.h>
@@ -280,6 +281,50 @@ TEST(Engine, GraphStepsGiveTheTokensOfEagerSteps) {
   for (std::int64_t id : ids) got.push_back(captured.generated(id));
   EXPECT_EQ(got, run(eager, specs, {0, 0, 0, 0, 0, 0}));
   EXPECT_GT(replayed, 0) << "decode steps of a captured size replay their graph";
+}
+
+// Requests with their own sampling parameters and seeds (greedy among them), each token drawn on the
+// step's platform from the request's seed and its number of generated tokens: the tokens a request
+// gets alone, in a continuous batch, with prefix caching off, under preemption by recompute and with
+// chunked prefill are the same.
+TEST(Engine, SampledRequestsGiveTheSameTokensAloneBatchedCachedPreemptedAndChunked) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  const std::vector<std::int32_t> system = prompt_of(17, 34, vocab);  // two full blocks shared
+  const std::vector<SamplingParams> sampling = {
+      {1.0f, 0, 1.0f, 21}, {0.8f, 30, 1.0f, 22}, {}, {1.3f, 0, 0.8f, 23}, {0.7f, 12, 0.9f, 24}};
+  std::vector<RequestSpec> specs;
+  for (std::size_t i = 0; i < sampling.size(); ++i) {
+    std::vector<std::int32_t> p = system;
+    const auto tail = prompt_of(1000 + static_cast<std::uint32_t>(i), 3 + 2 * static_cast<int>(i), vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    specs.push_back(greedy(p, 14));
+    specs.back().sampling = sampling[i];
+  }
+  const std::vector<int> arrival = {0, 0, 2, 3, 6};
+  const auto want = alone(model, specs);
+  Engine batched(load_model(model), small_engine());
+  EngineTotals hits;
+  EXPECT_EQ(run(batched, specs, arrival, &hits), want) << "continuous batching, prefix caching on";
+  EXPECT_GT(hits.prefix_hit_tokens, 0);
+  EngineConfig uncached = small_engine();
+  uncached.enable_prefix_caching = false;
+  Engine plain(load_model(model), uncached);
+  EXPECT_EQ(run(plain, specs, arrival), want) << "prefix caching off";
+  Engine tight(load_model(model), small_engine(/*blocks=*/9));
+  EngineTotals preempted;
+  EXPECT_EQ(run(tight, specs, {0, 0, 0, 0, 0}, &preempted), want) << "preemption by recompute";
+  EXPECT_GT(preempted.preemptions, 0);
+  EngineConfig chunks = small_engine();
+  chunks.max_num_batched_tokens = 7;
+  Engine chunked(load_model(model), chunks);
+  EXPECT_EQ(run(chunked, specs, arrival), want) << "chunked prefill";
+  // Not vacuous: the sampled requests leave the greedy path.
+  std::vector<RequestSpec> as_greedy = specs;
+  for (RequestSpec& s : as_greedy) s.sampling = {};
+  const auto greedy_tokens = alone(model, as_greedy);
+  EXPECT_NE(want[0], greedy_tokens[0]);
+  EXPECT_EQ(want[2], greedy_tokens[2]) << "the greedy request is greedy";
 }
 
 TEST(Engine, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {

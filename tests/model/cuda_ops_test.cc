@@ -4,8 +4,8 @@
 // against host computations; RoPE's and the embedding scale's rounding points against host
 // emulations of transformers' bf16 arithmetic; output padding and guard rows poisoned before and
 // intact after; a linear + norm + RoPE sequence captured into a CUDA graph replaying bit for bit
-// like eager execution; no allocation per call. Skips without a GPU; without CUDA, the factory's
-// refusal.
+// like eager execution; no allocation per call; the sampling kernel token for token against the
+// CPU op. Skips without a GPU; without CUDA, the factory's refusal.
 #include "attnkit/model/cuda_ops.h"
 
 #include <gtest/gtest.h>
@@ -15,12 +15,14 @@
 #include <limits>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/model/ops.h"
+#include "attnkit/model/sampler.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/platform.h"
 #include "model/ops_test_support.h"
@@ -601,6 +603,96 @@ TEST_F(CudaOps, ArgmaxRowsEqualsTheCpuOpsOnTiesNonFiniteRowsAndWideRows) {
   }
 }
 
+// One row of logits of a given kind and its sampling parameters, for the sampling kernel's test.
+struct SampledRow {
+  std::vector<float> logits;
+  RowSampling params;
+};
+
+// Kinds: continuous, quarter steps (ties, -0 beside +0), bf16-rounded (the executor's logits on
+// CUDA: many ties), a wide range (most tokens at x >= 32), four distinct values, one constant
+// value (every token in one histogram bin), a peaked row (a few tokens hold the mass), a
+// non-finite value. Parameters: greedy, temperature alone, top-k, top-p, both; k often at a tie.
+SampledRow sampled_row(std::mt19937_64& gen, std::int64_t cols, int kind) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  SampledRow row;
+  row.logits.resize(static_cast<std::size_t>(cols));
+  for (float& v : row.logits) {
+    const float g = normal(gen);
+    switch (kind % 8) {
+      case 0: v = 3.0f * g; break;
+      case 1: v = std::round(4.0f * g) / 4.0f; break;
+      case 2: v = bf16_round(4.0f * g); break;
+      case 3: v = 30.0f * g; break;
+      case 4: v = static_cast<float>(gen() % 4); break;
+      case 5: v = -1.5f; break;
+      default: v = 2.0f * g + (gen() % 1000 == 0 ? 12.0f : 0.0f); break;
+    }
+  }
+  if (kind % 8 == 1) {
+    row.logits[1] = -0.0f;
+    row.logits[2] = 0.0f;
+  }
+  if (kind % 8 == 7) row.logits[static_cast<std::size_t>(gen() % cols)] = std::numeric_limits<float>::quiet_NaN();
+  const float temperatures[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.0f, 1.5f};
+  const std::int32_t ks[] = {0, 0, 1, 5, 50, static_cast<std::int32_t>(1 + gen() % cols), static_cast<std::int32_t>(cols)};
+  const float ps[] = {1.0f, 1.0f, 0.95f, 0.8f, 0.3f, 1e-6f};
+  row.params.temperature = temperatures[gen() % 6];
+  row.params.top_k = ks[gen() % 7];
+  row.params.top_p = ps[gen() % 6];
+  row.params.seed = gen();
+  row.params.counter = gen() % 4096;
+  return row;
+}
+
+// The sampling kernel against the CPU op, which runs model/sampler.h's definition on the host (and
+// equals an independent brute force in sampler_test.cc): the same token for every row, on
+// Qwen's and Gemma's vocabularies, batches of 1 to 64, greedy and sampled rows mixed in one launch.
+TEST_F(CudaOps, SampleRowsEqualsTheCpuOpTokenForToken) {
+  std::mt19937_64 gen(2026);
+  int sampled = 0, greedy = 0, poisoned = 0;
+  for (const std::int64_t cols : {151936, 262144}) {
+    for (const std::int64_t rows : {1, 3, 64}) {
+      SCOPED_TRACE("vocab " + std::to_string(cols) + ", rows " + std::to_string(rows));
+      std::vector<float> x;
+      std::vector<RowSampling> params;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        SampledRow row = sampled_row(gen, cols, static_cast<int>(gen() % 8));
+        x.insert(x.end(), row.logits.begin(), row.logits.end());
+        params.push_back(row.params);
+      }
+      HostMat xc = host_mat(x, rows, cols, cols);
+      DeviceMat xg(DType::kFloat32, rows, cols, cols + 5);
+      xg.set(x);
+      std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), got(static_cast<std::size_t>(rows) + 1);
+      cpu->sample_rows(xc.view(), params.data(), want.data(), Stream{});
+      RowSampling* params_g = nullptr;
+      std::int32_t* out = nullptr;
+      check_cuda(cudaMalloc(&params_g, params.size() * sizeof(RowSampling)), "cudaMalloc");
+      check_cuda(cudaMemcpy(params_g, params.data(), params.size() * sizeof(RowSampling), cudaMemcpyHostToDevice), "upload");
+      check_cuda(cudaMalloc(&out, got.size() * sizeof(std::int32_t)), "cudaMalloc");
+      check_cuda(cudaMemset(out, kPoisonByte, got.size() * sizeof(std::int32_t)), "cudaMemset");
+      gpu->sample_rows(xg.view(), params_g, out, stream());
+      finish();
+      check_cuda(cudaMemcpy(got.data(), out, got.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost), "download");
+      (void)cudaFree(out);
+      (void)cudaFree(params_g);
+      std::int32_t poison = 0;
+      std::memset(&poison, kPoisonByte, sizeof(poison));
+      EXPECT_EQ(got.back(), poison) << "nothing written past the rows";
+      got.pop_back();
+      for (std::size_t r = 0; r < want.size(); ++r) {
+        const SamplingParams p{params[r].temperature, params[r].top_k, params[r].top_p, params[r].seed};
+        EXPECT_EQ(got[r], want[r]) << "row " << r << ": " << p.describe() << ", counter " << params[r].counter;
+        (want[r] < 0 ? poisoned : p.greedy() ? greedy : sampled) += 1;
+      }
+    }
+  }
+  EXPECT_GT(sampled, 60);
+  EXPECT_GT(greedy, 5);
+  EXPECT_GT(poisoned, 5);
+}
+
 TEST_F(CudaOps, ConvertIsBitEqualToTheHostConversions) {
   const DType kinds[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   for (const DType from : kinds) {
@@ -767,7 +859,18 @@ TEST_F(CudaOps, PerStepCallsAllocateNothingFromTheInjectedMemory) {
   ops->gather_rows(a.view(), ids.data(), 3, c.view().rows_at(0, 3), stream());
   ops->soft_cap(a.view(), 30.0f, stream());
   ops->convert(a.view(), logits.view(), stream());
+  // Sampling: its parameters and tokens are the caller's device memory (the executor's fixed buffers).
+  const std::vector<RowSampling> rows = {{}, {1.0f, 0, 1.0f, 0, 1, 2}, {0.7f, 5, 0.9f, 0, 3, 4}, {1.2f, 0, 0.5f, 0, 5, 6}};
+  RowSampling* rows_g = nullptr;
+  std::int32_t* tokens = nullptr;
+  check_cuda(cudaMalloc(&rows_g, rows.size() * sizeof(RowSampling)), "cudaMalloc");
+  check_cuda(cudaMemcpy(rows_g, rows.data(), rows.size() * sizeof(RowSampling), cudaMemcpyHostToDevice), "upload");
+  check_cuda(cudaMalloc(&tokens, 4 * sizeof(std::int32_t)), "cudaMalloc");
+  ops->argmax_rows(logits.view(), tokens, stream());
+  ops->sample_rows(logits.view(), rows_g, tokens, stream());
   finish();
+  (void)cudaFree(tokens);
+  (void)cudaFree(rows_g);
   EXPECT_EQ(memory.allocations, after_loading);
 }
 
@@ -779,6 +882,9 @@ TEST_F(CudaOps, RefusesArgumentsNamingTheField) {
   const std::vector<float> host_bias(16, 1.0f);
   EXPECT_EQ(field_of([&] { gpu->linear(x.view(), wg, host_bias.data(), y.view(), stream()); }), "linear.bias");
   EXPECT_EQ(field_of([&] { gpu->soft_cap(x.view(), -1.0f, stream()); }), "soft_cap.cap");
+  std::int32_t* no_tokens = nullptr;
+  EXPECT_EQ(field_of([&] { gpu->sample_rows(x.view(), nullptr, no_tokens, stream()); }), "sample_rows.x.dtype");
+  EXPECT_EQ(field_of([&] { gpu->sample_rows(x32.view(), nullptr, no_tokens, stream()); }), "sample_rows.params");
   finish();
   EXPECT_TRUE(y.untouched_outside());
 }

@@ -19,6 +19,7 @@
 #include "attnkit/model/executor.h"
 #include "model/hf_reference.h"
 #include "model/tiny_checkpoint.h"
+#include "support/error_field.h"
 
 namespace attnkit::testing {
 namespace {
@@ -56,12 +57,15 @@ struct Generated {
   std::vector<std::vector<std::vector<float>>> logits;  // per prompt, per step
 };
 
-// Greedy generation of every prompt as one batch. Prompt p joins at step join[p] (a prefill beside
-// the others' decodes); the scheduler's order puts joining prefills first, so a backend with a
-// reorder threshold really reorders.
+// Generation of every prompt as one batch, greedy or with sampling[p] for prompt p (its token
+// number t with counter t). Prompt p joins at step join[p] (a prefill beside the others' decodes);
+// the scheduler's order puts joining prefills first, so a backend with a reorder threshold really
+// reorders. kLogits: the host picks from the returned logits (the argmax, or sample_token, the
+// host's definition); kSampledTokens: the step's platform does.
 Generated generate(ModelExecutor& ex, const std::vector<std::vector<int>>& prompts, const std::vector<int>& join,
-                   StepResult result = StepResult::kLogits) {
+                   StepResult result = StepResult::kLogits, const std::vector<SamplingParams>& sampling = {}) {
   Generated g;
+  SampleScratch scratch;
   g.tokens.resize(prompts.size());
   g.logits.resize(prompts.size());
   Blocks blocks(ex);
@@ -90,19 +94,23 @@ Generated generate(ModelExecutor& ex, const std::vector<std::vector<int>>& promp
       reqs[i].tokens = new_tokens[i];
       reqs[i].num_computed_tokens = computed[p];
       reqs[i].blocks = block_spans[i];
+      reqs[i].sampling = sampling.empty() ? SamplingParams{} : sampling[p];
+      reqs[i].sample_counter = g.tokens[p].size();
     }
     const StepOutput& out = ex.execute(reqs, result);
     for (std::size_t i = 0; i < active.size(); ++i) {
       const std::size_t p = active[i];
-      if (result == StepResult::kGreedyTokens) {
+      if (result == StepResult::kSampledTokens) {
         EXPECT_TRUE(out.logits.empty());
-        g.tokens[p].push_back(out.greedy_tokens[i]);
+        g.tokens[p].push_back(out.sampled_tokens[i]);
         computed[p] += static_cast<int>(new_tokens[i].size());
         continue;
       }
       const auto row = out.logits.subspan(i * static_cast<std::size_t>(out.vocab_size), static_cast<std::size_t>(out.vocab_size));
       g.logits[p].emplace_back(row.begin(), row.end());
-      g.tokens[p].push_back(static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin()));
+      g.tokens[p].push_back(sampling.empty()
+                                ? static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin())
+                                : sample_token(row, sampling[p], g.tokens[p].size(), scratch));
       computed[p] += static_cast<int>(new_tokens[i].size());
     }
   }
@@ -180,11 +188,12 @@ std::vector<Case> cases() {
   return out;
 }
 
-// The greedy choice made by the platform's ops (only token ids come back) is the argmax of the
-// logits the same steps return, in the scheduler's order while the runner reorders.
-TEST(ExecutorGreedyTokens, EqualTheArgmaxOfTheLogitsOfTheSameSteps) {
+// The tokens the platform's ops sample (only token ids come back) are the host definition's picks
+// from the logits the same steps return, greedy and seeded sampling alike, in the scheduler's order
+// while the runner reorders; bad sampling parameters are refused naming the request.
+TEST(ExecutorSampledTokens, EqualTheHostDefinitionOnTheLogitsOfTheSameSteps) {
   const HfModel model = make_random_model(tiny_preset("gemma3"), 77);
-  const fs::path dir = scratch("greedy_tokens");
+  const fs::path dir = scratch("sampled_tokens");
   fs::remove_all(dir);
   write_tiny_checkpoint(dir, model, CheckpointOptions{});
   ExecutorConfig ec;
@@ -194,24 +203,27 @@ TEST(ExecutorGreedyTokens, EqualTheArgmaxOfTheLogitsOfTheSameSteps) {
   ec.max_model_len = 64;
   ec.num_blocks = 64;
   const std::vector<std::vector<int>> prompts = {{5, 9, 2, 30}, {7, 1}, {40, 41, 42, 43, 44, 45}, {3}};
-  ModelExecutor with_logits(load_model(dir.string()), ec), greedy(load_model(dir.string()), ec);
-  const Generated want = generate(with_logits, prompts, {0, 1, 1, 3});
-  const Generated got = generate(greedy, prompts, {0, 1, 1, 3}, StepResult::kGreedyTokens);
-  EXPECT_EQ(got.tokens, want.tokens);
-  ExecutorConfig all = ec;
-  all.all_logits = true;
-  ModelExecutor every_row(load_model(dir.string()), all);
+  const std::vector<SamplingParams> greedy(prompts.size());
+  const std::vector<SamplingParams> mixed = {{}, {0.8f, 20, 1.0f, 3}, {1.2f, 0, 0.9f, 4}, {0.6f, 5, 0.7f, 5}};
+  for (const auto* sampling : {&greedy, &mixed}) {
+    ModelExecutor with_logits(load_model(dir.string()), ec), on_platform(load_model(dir.string()), ec);
+    const Generated want = generate(with_logits, prompts, {0, 1, 1, 3}, StepResult::kLogits, *sampling);
+    const Generated got = generate(on_platform, prompts, {0, 1, 1, 3}, StepResult::kSampledTokens, *sampling);
+    EXPECT_EQ(got.tokens, want.tokens) << (sampling == &greedy ? "greedy" : "mixed");
+  }
+  ModelExecutor ex(load_model(dir.string()), ec);
   std::vector<StepRequest> one(1);
   const std::vector<std::int32_t> tokens = {1, 2};
   const std::vector<std::int32_t> row = {0};
-  const std::vector<std::span<const std::int32_t>> rows(static_cast<std::size_t>(every_row.num_kv_groups()), row);
-  one[0] = {1, tokens, 0, rows};
-  try {
-    every_row.execute(one, StepResult::kGreedyTokens);
-    ADD_FAILURE() << "greedy tokens with all_logits on must be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "execute.result");
-  }
+  const std::vector<std::span<const std::int32_t>> rows(static_cast<std::size_t>(ex.num_kv_groups()), row);
+  one[0] = {1, tokens, 0, rows, {1.0f, 0, 0.0f, 1}, 0};
+  EXPECT_EQ(field_of([&] { ex.execute(one, StepResult::kSampledTokens); }), "requests[0] (id 1).sampling.top_p");
+  ExecutorConfig all = ec;
+  all.all_logits = true;
+  ModelExecutor every_row(load_model(dir.string()), all);
+  one[0].sampling = {};
+  EXPECT_EQ(field_of([&] { every_row.execute(one, StepResult::kSampledTokens); }), "execute.result")
+      << "sampled tokens with all_logits on must be refused";
   fs::remove_all(dir);
 }
 

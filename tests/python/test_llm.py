@@ -1,7 +1,7 @@
 """attnkit.LLM: the serving engine from Python (issue 33 §7), on the CPU with a tiny random model.
 
-Each request's greedy tokens must not depend on the requests it is batched with: the batch's
-results are compared with each prompt generated alone. Prefix caching reports hits on a shared
+Each request's tokens, greedy or seeded sampling, must not depend on the requests it is batched
+with: the batch's results are compared with each prompt generated alone. Prefix caching reports hits on a shared
 prompt and changes no token; a bad request refuses the whole call, naming the prompt and the field.
 """
 
@@ -74,6 +74,23 @@ def test_sampling_is_seeded_per_request(model_dir):
     again = llm.generate([prompts[0]], sampled)
     assert first[0].token_ids == again[0].token_ids
     assert len(first[1].token_ids) == 4
+
+
+def test_sampled_requests_do_not_depend_on_their_batch(model_dir):
+    # Each token is drawn on the step's platform from the request's seed and its number of generated
+    # tokens, so a sampled request gets the same tokens alone, beside other sampled requests, and
+    # after them in a second call; another seed gives another stream.
+    prompts = prompts_of(6, [8, 30, 5])
+    params = [attnkit.SamplingParams(max_tokens=12, temperature=t, top_k=k, top_p=p, seed=s, ignore_eos=True)
+              for t, k, p, s in [(0.9, 0, 1.0, 1), (1.2, 30, 0.95, 2), (0.7, 8, 0.8, 3)]]
+    llm = make_llm(model_dir)
+    together = [c.token_ids for c in llm.generate(prompts, params)]
+    alone = [llm.generate([prompt], p)[0].token_ids for prompt, p in zip(prompts, params)]
+    assert together == alone
+    greedy = llm.generate([prompts[0]], attnkit.SamplingParams(max_tokens=12, ignore_eos=True))[0].token_ids
+    assert together[0] != greedy
+    other = attnkit.SamplingParams(max_tokens=12, temperature=0.9, seed=99, ignore_eos=True)
+    assert llm.generate([prompts[0]], other)[0].token_ids != together[0]
 
 
 def test_stop_token_ends_a_request(model_dir):

@@ -152,7 +152,6 @@ std::int64_t Engine::Impl::add_request(RequestSpec spec) {
   r.id = id;
   r.tokens = spec.prompt;
   r.num_prompt = static_cast<std::int32_t>(spec.prompt.size());
-  r.sampler.emplace(spec.sampling);
   r.spec = std::move(spec);
   scheduler_.add(r);
   return id;
@@ -187,18 +186,13 @@ FinishReason Engine::Impl::stop_reason(const EngineRequest& r) const {
 }
 
 // After the step: the chunk's tokens are in the cache (full blocks cached); a chunk that completes
-// its request's tokens samples the next one from its logits and checks the stop conditions.
+// its request's tokens takes the token the step sampled for it and checks the stop conditions.
 void Engine::Impl::finish_chunk(const ScheduledChunk& chunk, const StepOutput& step, std::size_t index) {
   EngineRequest& r = *chunk.request;
   r.num_computed += chunk.num_tokens;
   kv_.commit(r.id, r.tokens, r.num_computed);
   if (!chunk.completes) return;
-  if (!step.greedy_tokens.empty()) {
-    r.tokens.push_back(step.greedy_tokens[index]);
-  } else {
-    const auto vocab = static_cast<std::size_t>(step.vocab_size);
-    r.tokens.push_back(r.sampler->next(step.logits.subspan(index * vocab, vocab)));
-  }
+  r.tokens.push_back(step.sampled_tokens[index]);
   RequestOutput out;
   out.request_id = r.id;
   out.new_tokens = {r.tokens.back()};
@@ -241,14 +235,16 @@ const std::vector<RequestOutput>& Engine::Impl::step() {
                                                                static_cast<std::size_t>(c.num_tokens));
     s.num_computed_tokens = r.num_computed;
     s.blocks = step_blocks_[i];
+    // The token of a chunk that leaves prompt tokens to compute is dropped: greedy costs least. A
+    // completing chunk samples token number num_generated() of its request, the same number after
+    // a preemption's recompute, so the request's tokens never depend on the batch.
+    s.sampling = c.completes ? r.spec.sampling : SamplingParams{};
+    s.sample_counter = static_cast<std::uint64_t>(r.num_generated());
     (c.num_tokens == 1 && r.num_computed >= r.num_prompt ? stats_.num_decodes : stats_.num_prefills) += 1;
   }
   stats_.schedule_us = us_since(t0);
-  // Greedy requests take their token from the device's argmax: only token ids cross to the host.
-  bool all_greedy = true;
-  for (const ScheduledChunk& c : plan.chunks) all_greedy &= !c.completes || c.request->spec.sampling.greedy();
-  const StepOutput& out =
-      executor_.execute(step_requests_, all_greedy ? StepResult::kGreedyTokens : StepResult::kLogits);
+  // Every request's token is sampled on the step's platform: only token ids cross to the host.
+  const StepOutput& out = executor_.execute(step_requests_, StepResult::kSampledTokens);
   stats_.model = out.times;
   stats_.graph_replayed = out.graph_replayed;
   stats_.cascade = out.cascade_prefix_len > 0;

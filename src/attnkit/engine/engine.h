@@ -2,8 +2,10 @@
 // scheduler picks what runs under a token budget (decodes first, then prefill chunks, FCFS),
 // allocates KV blocks per KV-cache group (prefix caching by content hash, sliding windows release
 // what falls out of them), preempts the newest requests by recompute when blocks run out, runs
-// the step through the executor (CUDA graphs where the runner allows), samples (greedy steps on the
-// step's platform: only token ids reach the host), and reports the tokens each request gained.
+// the step through the executor (CUDA graphs where the runner allows), samples every request's token
+// on the step's platform (model/sampler.h's definition with the request's seed and its number of
+// generated tokens as the counter: only token ids reach the host), and reports the tokens each
+// request gained.
 // Steps are synchronous: the host schedules step N+1 after step N's tokens are back (no async
 // scheduling yet; EngineStepStats::host_gap_us measures what overlapping would hide).
 #pragma once
@@ -65,7 +67,7 @@ struct EngineStepStats {
   bool cascade = false;                    // some attention group ran a cascade (shared prefix)
   bool graph_replayed = false;
   double schedule_us = 0;  // host: scheduling and block allocation
-  double sample_us = 0;    // sampling
+  double sample_us = 0;    // the host's part after the step: tokens, stop conditions
   double host_gap_us = 0;  // time the device waited for the host (no step in flight)
   StepTimes model;         // the executor's split (prepare_step, attention, GEMMs, rest)
 };

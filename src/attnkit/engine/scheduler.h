@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <optional>
 #include <vector>
 
 #include "attnkit/engine/engine.h"
@@ -26,7 +25,6 @@ struct EngineRequest {
   RequestState state = RequestState::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   bool holds_blocks = false;         // acquired its cached prefix / allocated blocks
-  std::optional<TokenSampler> sampler;
   std::int32_t num_generated() const { return static_cast<std::int32_t>(tokens.size()) - num_prompt; }
 };
 

@@ -225,6 +225,14 @@ class CpuModelOps final : public ModelOps {
     }
   }
 
+  // Each row by the host definition (model/sampler.cc), the CUDA kernel's twin.
+  void sample_rows(const ActMat& x, const RowSampling* params, std::int32_t* out, Stream) override {
+    checks_.sample_rows(x, params, out);
+    for (std::int64_t r = 0; r < x.rows; ++r) {
+      out[r] = sample_index({row_of(x, r), static_cast<std::size_t>(x.cols)}, params[r], sample_scratch_);
+    }
+  }
+
  private:
   // Start-up: the parts' elements as float32 in storage the ops own (never moved).
   float* store(std::span<const HostTensorRef> parts, std::int64_t count) {
@@ -236,6 +244,7 @@ class CpuModelOps final : public ModelOps {
 
   OpChecks checks_;
   std::vector<DeviceArray<float>> storage_;
+  SampleScratch sample_scratch_;  // reused by every sample_rows call
 };
 
 }  // namespace

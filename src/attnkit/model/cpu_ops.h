@@ -19,6 +19,8 @@
 // - gather_rows: an exact copy; a row index outside [0, x.rows) writes zeros.
 // - soft_cap: x / cap, tanh, * cap, each rounded to float32 (transformers' three ops).
 // - convert: round to nearest even (core/dtype.h's conversions), exact where the target holds the value.
+// - argmax_rows / sample_rows: model/sampler.h's greedy rule and sampling definition, row by row
+//   (sampler.cc's greedy_index and sample_index; the CUDA kernels give the same tokens).
 //
 // Threads: OpenBLAS's thread count is process-wide. make_cpu_model_ops() sets it to
 // kCpuBlasThreads unless OPENBLAS_NUM_THREADS is set in the environment (then OpenBLAS's own

@@ -201,6 +201,18 @@ class CudaModelOps final : public ModelOps {
     check_launch(kernels::launch_argmax_rows(p, stream.handle));
   }
 
+  void sample_rows(const ActMat& x, const RowSampling* params, std::int32_t* out, Stream stream) override {
+    checks_.sample_rows(x, params, out);
+    kernels::SampleRowsParams p;
+    p.x = static_cast<const float*>(x.data);
+    p.ld = x.ld;
+    p.rows = x.rows;
+    p.cols = x.cols;
+    p.params = params;
+    p.out = out;
+    check_launch(kernels::launch_sample_rows(p, stream.handle));
+  }
+
  private:
   // Start-up: bf16 bits into device memory the ops own (never moved).
   const void* upload(const std::vector<std::uint16_t>& bits) {

@@ -88,8 +88,12 @@ struct ModelExecutor::Buffers {
   std::vector<ManagerBlockTable> tables;
   StepInput step;
   std::vector<float> logits_host, logits_out, all_host, all_out;
-  DeviceArray<std::int32_t> argmax;                       // [head rows], the ops' memory
-  std::vector<std::int32_t> argmax_host, greedy_out;      // runner order, scheduler order
+  // kSampledTokens: each request's RowSampling (runner order) written into a pinned mirror and
+  // uploaded once per step; the tokens in the ops' memory, then on the host.
+  Workspace sampling;
+  WorkspaceRegion<RowSampling> row_sampling;
+  DeviceArray<std::int32_t> sampled;                     // [max_num_reqs], the ops' memory
+  std::vector<std::int32_t> sampled_host, sampled_out;  // runner order, scheduler order
   std::int32_t head_count = 0;  // rows the LM head computes this step
   // CUDA graphs per padded token count: seen once eagerly, then captured.
   std::map<std::int32_t, CapturedGraph> graphs;
@@ -212,9 +216,13 @@ void ModelExecutor::allocate_buffers() {
   }
   b.tables.resize(groups);
   b.logits_host.resize(static_cast<std::size_t>(r * arch_.vocab_size));
-  b.argmax = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(head_rows));
-  b.argmax_host.resize(static_cast<std::size_t>(r));
-  b.greedy_out.resize(static_cast<std::size_t>(r));
+  WorkspaceLayout sampling_layout;
+  const std::size_t sampling_at = sampling_layout.add<RowSampling>(static_cast<std::size_t>(r));
+  b.sampling = Workspace(sampling_layout, mem, on_cuda(config_) ? pinned_host_memory() : host_memory());
+  b.row_sampling = b.sampling.region<RowSampling>(sampling_at, static_cast<std::size_t>(r));
+  b.sampled = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(r));
+  b.sampled_host.resize(static_cast<std::size_t>(r));
+  b.sampled_out.resize(static_cast<std::size_t>(r));
   b.logits_out.resize(b.logits_host.size());
   if (config_.all_logits) {
     b.all_host.resize(static_cast<std::size_t>(t * arch_.vocab_size));
@@ -223,7 +231,7 @@ void ModelExecutor::allocate_buffers() {
 }
 
 // Every request is refused here, naming it and the field, before the step changes any state.
-void ModelExecutor::check_requests(std::span<const StepRequest> requests) const {
+void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepResult result) const {
   ATTNKIT_REQUIRE(!requests.empty() && requests.size() <= static_cast<std::size_t>(config_.max_num_reqs),
                   "requests", str(static_cast<std::int64_t>(requests.size())),
                   "[1, max_num_reqs " + str(config_.max_num_reqs) + "]");
@@ -253,6 +261,7 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests) const 
                       str(static_cast<std::int64_t>(r.blocks[g].size())) + " blocks",
                       "[" + str(need) + ", " + str(buffers_->row_stride[g]) + "] for " + str(seq_len) + " tokens");
     }
+    if (result == StepResult::kSampledTokens) r.sampling.validate(where + ".sampling.");
     tokens += static_cast<std::int64_t>(r.tokens.size());
   }
   ATTNKIT_REQUIRE(tokens <= config_.max_num_tokens, "tokens of the step", str(tokens),
@@ -317,9 +326,9 @@ void ModelExecutor::build_step(std::span<const StepRequest> requests) {
 }
 
 const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, StepResult result) {
-  ATTNKIT_REQUIRE(result == StepResult::kLogits || !config_.all_logits, "execute.result", "kGreedyTokens",
+  ATTNKIT_REQUIRE(result == StepResult::kLogits || !config_.all_logits, "execute.result", "kSampledTokens",
                   "kLogits while ExecutorConfig::all_logits is on");
-  check_requests(requests);
+  check_requests(requests, result);
   Timer timer(profiling_ && on_cuda(config_), stream_);
   build_step(requests);
   Buffers& b = *buffers_;
@@ -327,11 +336,11 @@ const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, 
   const std::int32_t padded = runner_->shape_for(n, b.order.num_tokens()).num_tokens_padded;
   output_.graph_replayed = false;
   if (!run_step_graph(padded)) run_step_eager(padded, timer);
-  if (result == StepResult::kGreedyTokens) {
-    finish_greedy_tokens(requests);
+  if (result == StepResult::kSampledTokens) {
+    finish_sampled_tokens(requests, timer);
   } else {
     finish_logits();
-    output_.greedy_tokens = {};
+    output_.sampled_tokens = {};
   }
   output_.num_reqs = n;
   output_.num_tokens = b.order.num_tokens();
@@ -518,23 +527,36 @@ void ModelExecutor::finish_logits() {
   output_.logits = std::span<const float>(b.logits_out).first(n * vocab);
 }
 
-// Greedy choice on the step's platform: one argmax per request row, then n token ids to the host
-// (the step's one device-to-host copy) and back into the scheduler's order.
-void ModelExecutor::finish_greedy_tokens(std::span<const StepRequest> requests) {
+// Sampling on the step's platform: each request's row of parameters (runner order) uploaded, one
+// token per request row chosen there (the argmax alone when every request is greedy), then n token
+// ids to the host (the step's one device-to-host copy) and back into the scheduler's order.
+void ModelExecutor::finish_sampled_tokens(std::span<const StepRequest> requests, Timer& timer) {
   Buffers& b = *buffers_;
   const StepOrder& order = b.order;
   const auto n = static_cast<std::size_t>(order.num_reqs());
-  ops_->argmax_rows(mat(b.logits_f32.data(), DType::kFloat32, b.head_count, arch_.vocab_size), b.argmax.data(),
-                    stream_);
+  bool all_greedy = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const StepRequest& r = requests[static_cast<std::size_t>(order.order()[i])];
+    b.row_sampling.host[i] = row_sampling(r.sampling, r.sample_counter);
+    all_greedy = all_greedy && r.sampling.greedy();
+  }
+  const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, static_cast<std::int64_t>(n), arch_.vocab_size);
+  if (all_greedy) {
+    ops_->argmax_rows(logits, b.sampled.data(), stream_);
+  } else {
+    b.sampling.upload(b.row_sampling.end_bytes(n), stream_);
+    ops_->sample_rows(logits, b.row_sampling.device, b.sampled.data(), stream_);
+  }
+  timer.lap(&StepTimes::other);
   wait_for(config_, stream_);
-  ops_->memory().copy_to_host(b.argmax_host.data(), b.argmax.data(), n * sizeof(std::int32_t));
+  ops_->memory().copy_to_host(b.sampled_host.data(), b.sampled.data(), n * sizeof(std::int32_t));
   for (std::size_t i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(order.order()[i]);
-    ATTNKIT_REQUIRE(b.argmax_host[i] >= 0, "logits of request " + std::to_string(requests[r].id), "a non-finite value",
+    ATTNKIT_REQUIRE(b.sampled_host[i] >= 0, "logits of request " + std::to_string(requests[r].id), "a non-finite value",
                     "finite values", "the model produced a non-finite logit");
-    b.greedy_out[r] = b.argmax_host[i];
+    b.sampled_out[r] = b.sampled_host[i];
   }
-  output_.greedy_tokens = std::span<const std::int32_t>(b.greedy_out).first(n);
+  output_.sampled_tokens = std::span<const std::int32_t>(b.sampled_out).first(n);
   output_.logits = {};
   output_.all_logits = {};
 }

@@ -5,7 +5,8 @@
 // layer id, output product, MLP; then the final norm and the LM head on each request's last token.
 //
 // Hot path (execute): no allocation in steady state, everything on the executor's stream, one
-// device-to-host copy per step (the logits). On CUDA a step whose padded shape has a capture size
+// device-to-host copy per step: the logits (StepResult::kLogits) or, sampled on the step's
+// platform, each request's token id (kSampledTokens). On CUDA a step whose padded shape has a capture size
 // and whose graph mode is full runs as one CUDA graph of the whole forward (captured the second
 // time that shape is seen, after an eager warm-up of the first).
 #pragma once
@@ -22,6 +23,7 @@
 #include "attnkit/model/checkpoint.h"
 #include "attnkit/model/model_weights.h"
 #include "attnkit/model/ops.h"
+#include "attnkit/model/sampler.h"
 #include "attnkit/runner/model_runner.h"
 
 namespace attnkit {
@@ -44,10 +46,12 @@ struct ExecutorConfig {
   std::function<void(std::string_view)> log;
 };
 
-// What a step hands back to the host: every request's logits (any sampler), or only each request's
-// greedy token, chosen on the step's platform, so that a decode step of a large batch copies a few
-// bytes per request instead of the vocabulary's logits.
-enum class StepResult : std::uint8_t { kLogits, kGreedyTokens };
+// What a step hands back to the host: every request's logits (for callers that need them: logits
+// files, validation), or only each request's token, sampled on the step's platform by the
+// definition of model/sampler.h with the request's StepRequest::sampling and sample_counter, so that
+// a step copies 4 bytes per request instead of the vocabulary's logits. A step whose requests are
+// all greedy takes the argmax alone (ModelOps::argmax_rows: no parameters to upload).
+enum class StepResult : std::uint8_t { kLogits, kSampledTokens };
 
 // One request of a step, in the scheduler's order.
 struct StepRequest {
@@ -57,6 +61,11 @@ struct StepRequest {
   // Per KV-cache group (ModelExecutor::kv_groups order): the request's block ids, at least
   // ceil((num_computed_tokens + tokens.size()) / block_size) of them.
   std::span<const std::span<const std::int32_t>> blocks;
+  // kSampledTokens: how this request's next token is chosen, and the counter of the sampling
+  // definition (the index of that token among the request's generated tokens, i.e. how many it
+  // generated before), so that the token depends on the request alone, never on the batch.
+  SamplingParams sampling;
+  std::uint64_t sample_counter = 0;
 };
 
 // Where a step's time went, microseconds. On the CPU the host's wall clock around each part; on
@@ -65,7 +74,7 @@ struct StepTimes {
   double prepare_step = 0;  // order, step arrays, ModelRunner::prepare_step
   double attention = 0;     // every layer's KV update and attention (unified_attention)
   double gemm = 0;          // the matrix products, the LM head included
-  double other = 0;         // norms, RoPE, activation, embedding, gathers
+  double other = 0;         // norms, RoPE, activation, embedding, gathers, sampling (kSampledTokens)
   double total = 0;
 };
 
@@ -74,7 +83,7 @@ struct StepOutput {
   std::int32_t num_tokens = 0;
   std::int64_t vocab_size = 0;
   std::span<const float> logits;      // [num_reqs, vocab]: each request's last token, scheduler order (kLogits)
-  std::span<const std::int32_t> greedy_tokens;  // [num_reqs]: argmax of those logits (kGreedyTokens)
+  std::span<const std::int32_t> sampled_tokens;  // [num_reqs]: each request's token, scheduler order (kSampledTokens)
   std::span<const float> all_logits;  // [num_tokens, vocab] in the scheduler's token order (all_logits)
   StepTimes times;
   GraphMode graph_mode = GraphMode::kEager;
@@ -103,16 +112,17 @@ class ModelExecutor {
   // Time each step's parts (CUDA: events and a synchronization per part; off by default there).
   void set_profiling(bool on) { profiling_ = on; }
 
-  // One step (hot path). Throws Error for a bad request (naming it and the field) before any state
-  // changes; the runner's own checks follow. kGreedyTokens needs all_logits off; a non-finite logit
-  // in a request's row is an Error naming the request (never a silent token).
+  // One step (hot path). Throws Error for a bad request (naming it and the field, its sampling
+  // parameters included with kSampledTokens) before any state changes; the runner's own checks
+  // follow. kSampledTokens needs all_logits off; a non-finite logit in a request's row is an Error
+  // naming the request (never a silent token).
   const StepOutput& execute(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
 
  private:
   struct Buffers;
   class Timer;
   void allocate_buffers();
-  void check_requests(std::span<const StepRequest> requests) const;
+  void check_requests(std::span<const StepRequest> requests, StepResult result) const;
   void build_step(std::span<const StepRequest> requests);
   void run_forward(std::int32_t padded_tokens, Timer& timer);
   void run_layer(std::size_t layer, std::int32_t rows, Timer& timer);
@@ -122,7 +132,7 @@ class ModelExecutor {
   void run_step_eager(std::int32_t padded_tokens, Timer& timer);
   bool run_step_graph(std::int32_t padded_tokens);
   void finish_logits();
-  void finish_greedy_tokens(std::span<const StepRequest> requests);
+  void finish_sampled_tokens(std::span<const StepRequest> requests, Timer& timer);
 
   ModelArch arch_;
   ExecutorConfig config_;

@@ -328,7 +328,11 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const __grid_constant__ A
   }
 }
 
-// ---- argmax_rows -------------------------------------------------------------------------------
+// ---- argmax_rows, sample_rows --------------------------------------------------------------------
+
+constexpr int kRowThreads = 1024;  // one block per row of logits
+constexpr int kRowWarps = kRowThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
 
 // The better of two (value, column) candidates: the larger value, the lower column on ties. A
 // non-finite value poisons the row (column -1 wins everything), so the host sees it.
@@ -344,30 +348,189 @@ __device__ __forceinline__ ArgmaxCandidate better(ArgmaxCandidate a, ArgmaxCandi
   return a;
 }
 
-constexpr int kArgmaxThreads = 512;
-
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const __grid_constant__ ArgmaxRowsParams p) {
-  const std::int64_t row = blockIdx.x;
-  const float* x = p.x + row * p.ld;
-  ArgmaxCandidate best{-INFINITY, static_cast<std::int32_t>(p.cols)};  // loses to any real column
-  for (std::int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+// The row's argmax, the same in every thread of the block. better() is a total order, so the
+// reduction's shape does not change the result. `warps`: shared, one entry per warp.
+__device__ ArgmaxCandidate block_argmax(const float* x, std::int64_t cols, ArgmaxCandidate* warps) {
+  ArgmaxCandidate best{-INFINITY, static_cast<std::int32_t>(cols)};  // loses to any real column
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const float v = x[c];
-    const ArgmaxCandidate here{v, isfinite(v) ? static_cast<std::int32_t>(c) : -1};
-    best = better(best, here);
+    best = better(best, {v, isfinite(v) ? static_cast<std::int32_t>(c) : -1});
   }
   for (int offset = 16; offset > 0; offset /= 2) {
-    const ArgmaxCandidate other{__shfl_down_sync(0xffffffffu, best.value, offset),
-                                __shfl_down_sync(0xffffffffu, best.column, offset)};
-    best = better(best, other);
+    best = better(best, {__shfl_xor_sync(kFullMask, best.value, offset),
+                         __shfl_xor_sync(kFullMask, best.column, offset)});
   }
-  __shared__ ArgmaxCandidate warps[kArgmaxThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warps[warp] = best;
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = best;
+  __syncthreads();
+  best = warps[0];
+  for (int w = 1; w < kRowWarps; ++w) best = better(best, warps[w]);
+  __syncthreads();  // the caller may reuse `warps`
+  return best;
+}
+
+__global__ void __launch_bounds__(kRowThreads) argmax_rows_kernel(const __grid_constant__ ArgmaxRowsParams p) {
+  __shared__ ArgmaxCandidate warps[kRowWarps];
+  const ArgmaxCandidate best = block_argmax(p.x + static_cast<std::int64_t>(blockIdx.x) * p.ld, p.cols, warps);
+  if (threadIdx.x == 0) p.out[blockIdx.x] = best.column;
+}
+
+// The draw's candidate: the smaller key wins, the lower column on ties.
+struct KeyCandidate {
+  float key;
+  std::int32_t column;
+};
+
+__device__ __forceinline__ KeyCandidate smaller(KeyCandidate a, KeyCandidate b) {
+  return b.key < a.key || (b.key == a.key && b.column < a.column) ? b : a;
+}
+
+constexpr std::uint32_t kNoBin = 0xFFFFFFFFu;
+
+struct SampleShared {
+  unsigned long long bins[256];  // a radix-select level's histogram (counts or top-p weights)
+  ArgmaxCandidate argmax[kRowWarps];
+  KeyCandidate keys[kRowWarps];
+  std::uint32_t prefix;     // the digits chosen so far
+  unsigned long long above;  // the weight of candidates above them
+};
+
+// Adds every lane's weight to its bin (kNoBin: none). A row's logits crowd into few top digits, so
+// the lanes of one bin are summed first and one lane per bin makes the shared-memory atomic.
+template <bool kCount>
+__device__ void add_to_bins(unsigned long long* bins, std::uint32_t bin, std::uint32_t weight) {
+  if (__ballot_sync(kFullMask, bin != kNoBin) == 0) return;
+  const unsigned peers = __match_any_sync(kFullMask, bin);
+  unsigned long long sum = 0;
+  if constexpr (kCount) {
+    sum = static_cast<unsigned long long>(__popc(peers));
+  } else {
+    for (int lane = 0; lane < 32; ++lane) {
+      const std::uint32_t w = __shfl_sync(kFullMask, weight, lane);
+      if ((peers >> lane) & 1u) sum += w;
+    }
+  }
+  if (bin != kNoBin && static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&bins[bin], sum);
+}
+
+// Warp 0: the sum of the bins (lane l holds bins 255 - 8l down to 248 - 8l).
+__device__ unsigned long long lane_bins(const SampleShared& sh, int lane) {
+  unsigned long long local = 0;
+  for (int j = 0; j < 8; ++j) local += sh.bins[255 - 8 * lane - j];
+  return local;
+}
+
+// Warp 0: the highest digit d whose bins from 255 down, with `above`, reach `target`; writes the
+// prefix extended by d and the weight above d (the caller's invariant: the bins with `above` reach
+// the target, so some lane does).
+__device__ void choose_digit(SampleShared& sh, int shift, std::uint32_t prefix, unsigned long long above,
+                             unsigned long long target) {
+  const int lane = static_cast<int>(threadIdx.x);
+  const unsigned long long local = lane_bins(sh, lane);
+  unsigned long long inclusive = local;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const unsigned long long other = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  const unsigned reached = __ballot_sync(kFullMask, above + inclusive >= target);
+  if (lane != __ffs(reached) - 1) return;
+  unsigned long long mass = above + inclusive - local;
+  for (int j = 0; j < 8; ++j) {
+    const int digit = 255 - 8 * lane - j;
+    if (mass + sh.bins[digit] >= target) {
+      sh.prefix = prefix | (static_cast<std::uint32_t>(digit) << shift);
+      sh.above = mass;
+      return;
+    }
+    mass += sh.bins[digit];
+  }
+}
+
+// The largest key v such that the candidates (key >= at_least) with key >= v weigh at least the
+// target, by 4 levels of 8-bit digits. Counts (kMass false; target = top_k): the top_k-th largest
+// logit's key. Top-p weights (kMass true): v*, the target from the first level's total.
+template <bool kMass>
+__device__ std::uint32_t radix_select(const float* x, std::int64_t cols, std::uint32_t at_least, float max_logit,
+                                      const sampling_math::RowPlan& plan, unsigned long long target,
+                                      SampleShared& sh) {
+  std::uint32_t prefix = 0, mask = 0;
+  unsigned long long above = 0;
+  const std::int64_t span = (cols + blockDim.x - 1) / blockDim.x * blockDim.x;  // every lane, every trip
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = static_cast<int>(threadIdx.x); b < 256; b += static_cast<int>(blockDim.x)) sh.bins[b] = 0;
+    __syncthreads();
+    for (std::int64_t i = threadIdx.x; i < span; i += blockDim.x) {
+      std::uint32_t bin = kNoBin, w = 0;
+      if (i < cols) {
+        const float v = x[i];
+        const std::uint32_t key = sampling_math::order_key(v);
+        if (key >= at_least && (key & mask) == prefix) {
+          w = kMass ? sampling_math::weight(sampling_math::exponent(max_logit, v, plan.scale)) : 1;
+          if (w != 0) bin = (key >> shift) & 0xFFu;
+        }
+      }
+      add_to_bins<!kMass>(sh.bins, bin, w);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      if (kMass && shift == 24) {
+        unsigned long long total = lane_bins(sh, static_cast<int>(threadIdx.x));
+        for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(kFullMask, total, offset);
+        target = sampling_math::mass_target(total, plan.top_p);
+      }
+      choose_digit(sh, shift, prefix, above, target);
+    }
+    __syncthreads();
+    prefix = sh.prefix;
+    above = sh.above;
+    mask |= 0xFFu << shift;
+  }
+  return prefix;
+}
+
+// The draw: the argmin of the Gumbel keys over the kept tokens (key >= at_least, exponent below
+// kMaxExponent: the others cannot win); valid in thread 0.
+__device__ std::int32_t block_draw(const float* x, std::int64_t cols, std::uint32_t at_least, float max_logit,
+                                   const sampling_math::RowPlan& plan, KeyCandidate* warps) {
+  KeyCandidate best{INFINITY, INT32_MAX};
+  for (std::int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = x[i];
+    if (sampling_math::order_key(v) < at_least) continue;
+    const float e = sampling_math::exponent(max_logit, v, plan.scale);
+    if (!(e < sampling_math::kMaxExponent)) continue;
+    best = smaller(best, {sampling_math::gumbel_key(e, plan.stream, static_cast<std::uint64_t>(i)),
+                          static_cast<std::int32_t>(i)});
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    best = smaller(best, {__shfl_xor_sync(kFullMask, best.key, offset),
+                          __shfl_xor_sync(kFullMask, best.column, offset)});
+  }
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = best;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kArgmaxThreads / 32; ++w) best = better(best, warps[w]);
-    p.out[row] = best.column;
+    for (int w = 1; w < kRowWarps; ++w) best = smaller(best, warps[w]);
   }
+  return best.column;
+}
+
+// Per-step hot-path device code: model/sampler.h's definition, one block per row.
+__global__ void __launch_bounds__(kRowThreads) sample_rows_kernel(const __grid_constant__ SampleRowsParams p) {
+  __shared__ SampleShared sh;
+  const std::int64_t row = blockIdx.x;
+  const float* x = p.x + row * p.ld;
+  const ArgmaxCandidate top = block_argmax(x, p.cols, sh.argmax);
+  const sampling_math::RowPlan plan = sampling_math::plan_row(p.params[row]);
+  if (top.column < 0 || plan.greedy) {  // the same branch in every thread
+    if (threadIdx.x == 0) p.out[row] = top.column;
+    return;
+  }
+  std::uint32_t at_least = 0;  // every finite value's key is larger
+  if (plan.top_k > 0 && plan.top_k < p.cols) {
+    const auto k = static_cast<unsigned long long>(plan.top_k);
+    at_least = radix_select<false>(x, p.cols, at_least, top.value, plan, k, sh);
+  }
+  if (plan.top_p < sampling_math::kTopPOne) at_least = radix_select<true>(x, p.cols, at_least, top.value, plan, 0, sh);
+  const std::int32_t token = block_draw(x, p.cols, at_least, top.value, plan, sh.keys);
+  if (threadIdx.x == 0) p.out[row] = token;
 }
 
 // ---- convert -----------------------------------------------------------------------------------
@@ -594,7 +757,19 @@ LaunchStatus launch_argmax_rows(const ArgmaxRowsParams& p, void* stream) {
   }
   if (p.rows == 0) return {0, kName};
   if (p.rows > INT32_MAX) return invalid(kName);
-  argmax_rows_kernel<<<static_cast<unsigned>(p.rows), kArgmaxThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  argmax_rows_kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  return launched(kName);
+}
+
+LaunchStatus launch_sample_rows(const SampleRowsParams& p, void* stream) {
+  constexpr const char* kName = "sample_rows";
+  if (p.rows < 0 || p.cols < 1 || p.cols >= INT32_MAX || p.ld < p.cols || p.x == nullptr || p.params == nullptr ||
+      p.out == nullptr) {
+    return invalid(kName);
+  }
+  if (p.rows == 0) return {0, kName};
+  if (p.rows > INT32_MAX) return invalid(kName);
+  sample_rows_kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   return launched(kName);
 }
 

@@ -35,6 +35,7 @@
 //   [0, x_rows) writes zeros.
 // - convert: float32 / float16 / bfloat16 to each other, round to nearest even, bit-equal to the
 //   host conversions of core/dtype.h (kernels/common/dtype_device.cuh).
+// - argmax_rows, sample_rows: no rounding of their own: token ids by model/sampler.h's rules.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,7 @@
 #include "attnkit/core/dtype.h"
 #include "attnkit/kernels/common/launch_status.h"
 #include "attnkit/model/model_config.h"
+#include "attnkit/model/sampler_math.h"
 
 namespace attnkit::kernels {
 
@@ -157,5 +159,27 @@ struct ArgmaxRowsParams {
   std::int32_t* out = nullptr;  // [rows], device
 };
 LaunchStatus launch_argmax_rows(const ArgmaxRowsParams& params, void* stream);
+
+// out[r] = row r's token by the sampling definition of model/sampler.h for params[r], or -1 when the
+// row holds a non-finite value; a greedy row gives argmax_rows' token. One block of 1024 threads a
+// row, any vocabulary (Gemma's 262144 included) and any number of rows; no sort and no scratch
+// memory beyond the block's shared memory:
+// - one pass for the argmax (the greedy token, l_max, and the non-finite check);
+// - top-k: a radix select of the top_k-th largest logit over the logits' order-preserving keys
+//   (sampler_math.h's order_key), 4 passes of an 8-bit digit, each a 256-bin histogram of counts
+//   of the tokens that match the digits chosen so far;
+// - top-p: the same select with each token's integer weight W_i in place of its count (64-bit
+//   integer bins; the first pass's bins sum to the total, hence the target);
+// - one pass of the draw, the argmin of the Gumbel keys over the kept tokens (ties: lowest id).
+// Histogram adds are aggregated per warp (lanes with the same bin, __match_any_sync) before one
+// shared-memory atomic. Integers and once-rounded float32 operations only (sampler_math.h), so
+// the token equals the CPU op's bit for bit.
+struct SampleRowsParams {
+  const float* x = nullptr;  // float32 [rows, cols]
+  std::int64_t ld = 0, rows = 0, cols = 0;
+  const RowSampling* params = nullptr;  // [rows], device
+  std::int32_t* out = nullptr;          // [rows], device
+};
+LaunchStatus launch_sample_rows(const SampleRowsParams& params, void* stream);
 
 }  // namespace attnkit::kernels

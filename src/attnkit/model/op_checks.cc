@@ -279,4 +279,14 @@ void OpChecks::argmax_rows(const ActMat& x, const std::int32_t* out) const {
   ATTNKIT_REQUIRE(out != nullptr || x.rows == 0, "argmax_rows.out", "null", "int32 [x.rows] in the ops' memory");
 }
 
+void OpChecks::sample_rows(const ActMat& x, const RowSampling* params, const std::int32_t* out) const {
+  ATTNKIT_REQUIRE(x.dtype == DType::kFloat32, "sample_rows.x.dtype", dtype_text(x.dtype), "float32");
+  ATTNKIT_REQUIRE(x.cols >= 1 && x.cols < INT32_MAX, "sample_rows.x.cols", std::to_string(x.cols),
+                  "[1, 2^31 - 1): a column is an int32 token id");
+  require_layout("sample_rows", "x", x);
+  ATTNKIT_REQUIRE(params != nullptr || x.rows == 0, "sample_rows.params", "null",
+                  "RowSampling [x.rows] in the ops' memory");
+  ATTNKIT_REQUIRE(out != nullptr || x.rows == 0, "sample_rows.out", "null", "int32 [x.rows] in the ops' memory");
+}
+
 }  // namespace attnkit

@@ -49,6 +49,7 @@ class OpChecks {
   void soft_cap(const ActMat& x, float cap) const;
   void convert(const ActMat& in, const ActMat& out) const;
   void argmax_rows(const ActMat& x, const std::int32_t* out) const;
+  void sample_rows(const ActMat& x, const RowSampling* params, const std::int32_t* out) const;
 
  private:
   struct Block {

@@ -17,6 +17,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/model/model_config.h"
+#include "attnkit/model/sampler_math.h"
 #include "attnkit/platform/memory.h"
 #include "attnkit/platform/platform.h"
 #include "attnkit/platform/stream.h"
@@ -117,6 +118,12 @@ class ModelOps {
   // on ties, or -1 when the row holds a non-finite value. x: float32 (the logits). Greedy sampling
   // on the step's platform: the host then reads token ids, not the vocabulary's logits.
   virtual void argmax_rows(const ActMat& x, std::int32_t* out, Stream stream) = 0;
+  // out[r] (int32 [x.rows], the ops' memory) = row r's token by the sampling definition of
+  // model/sampler.h for params[r] (RowSampling [x.rows], the ops' memory: seed, counter,
+  // temperature, top-k, top-p), or -1 when the row holds a non-finite value. x: float32 (the
+  // logits). A greedy row gives argmax_rows' token. Every platform gives the same tokens for the
+  // same logits and rows, so the host reads token ids, never the vocabulary's logits.
+  virtual void sample_rows(const ActMat& x, const RowSampling* params, std::int32_t* out, Stream stream) = 0;
 };
 
 // The CPU platform's ops: fp32, BLAS (sgemm) for linear.
