@@ -247,6 +247,19 @@ TEST(AsyncScheduling, AbortDuringAnInFlightStep) {
   expect_every_block_back(engine, "after the aborted request's last step");
 }
 
+// step() returns with the next step in flight; an engine given up then waits for it (on CUDA its
+// buffers are in use until it ends) instead of freeing them under the GPU.
+TEST(AsyncScheduling, AnEngineDestroyedWithAStepInFlight) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  for (int steps = 1; steps <= 2; ++steps) {
+    Engine engine(load_model(model), with_async(small_engine(), true));
+    engine.add_request(greedy(prompt_of(1750, 9, vocab), 8));
+    for (int s = 0; s < steps; ++s) engine.step();
+    EXPECT_TRUE(engine.has_unfinished_requests());
+  }
+}
+
 TEST(AsyncScheduling, BadRequestRefusedWhileOthersFinish) {
   const std::string model = tiny_model(ModelFamily::kMistral);
   const std::int64_t vocab = load_model(model).arch.vocab_size;

@@ -183,7 +183,15 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
   allocate_buffers();
 }
 
-ModelExecutor::~ModelExecutor() = default;
+// A step may still be in flight (async scheduling leaves one running when Engine::step returns):
+// its kernels and token copy use the buffers freed below, so wait for the stream first.
+ModelExecutor::~ModelExecutor() {
+  if (steps_in_flight() == 0 || !on_cuda(config_)) return;
+  try {
+    synchronize(stream_);
+  } catch (const Error&) {  // a failed device: nothing left to protect, and a destructor must not throw
+  }
+}
 
 std::int32_t ModelExecutor::num_blocks(std::int32_t group) const {
   return runner_->kv_groups().at(static_cast<std::size_t>(group)).geometry.num_manager_blocks;
