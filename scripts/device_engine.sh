@@ -12,6 +12,8 @@
 #           concurrency PREFIX_CONCURRENCY (default 64), PREFIX_REQUESTS requests (default 256),
 #           once with prefix caching on and once off.
 #   peer    transformers' generate on the same checkpoint and request lengths (transformers_peer below).
+#   sync    the sweep's points again with synchronous steps (--no-async-scheduling): against the
+#           sweep (async scheduling, CUDA's default), what overlapping hides (host gap, ITL, tok/s).
 # PARTS picks them (default "sweep prefix"); the two together may not fit one 600 s device call
 # with the model's creation: run PARTS=sweep and PARTS=prefix as two calls (the model stays in
 # MODEL_DIR while the machine is warm).
@@ -142,9 +144,13 @@ for part in ${PARTS:-sweep prefix}; do
           --shared-prefix-len "${SHARED_LEN:-1024}" "${extra[@]}"
       done
       ;;
+    sync)
+      serve_bench sweep_sync "${lengths[@]}" --concurrency "${CONCURRENCY:-1,16,64,256}" \
+        --num-requests "${NUM_REQUESTS:-16,64,256,512}" --no-async-scheduling
+      ;;
     peer) transformers_peer ;;
     decode) decode_floor ;;
-    *) echo "device_engine.sh: unknown part $part (sweep, prefix, peer)"; status=1 ;;
+    *) echo "device_engine.sh: unknown part $part (sweep, sync, prefix, peer, decode)"; status=1 ;;
   esac
 done
 
@@ -153,7 +159,7 @@ done
   echo
   [[ -f "$out/decode_floor.md" ]] && { echo "## decode steps against the floor"; echo; cat "$out/decode_floor.md"; echo; }
   [[ -f "$out/peer.txt" ]] && { echo "## transformers peer"; echo; tail -1 "$out/peer.txt"; echo; }
-  for name in sweep prefix_on prefix_off; do
+  for name in sweep sweep_sync prefix_on prefix_off; do
     f="$out/$name/serve_bench.md"
     [[ -f "$f" ]] || continue
     echo "## $name"

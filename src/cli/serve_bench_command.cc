@@ -45,6 +45,7 @@ struct ServeBenchFlags {
   double shared_prefix_fraction = 0;
   std::int32_t shared_prefix_len = 0;
   bool no_prefix_caching = false;
+  bool async_scheduling = false, no_async_scheduling = false;  // neither: the platform's default
   std::int32_t max_num_batched_tokens = 2048;
   std::int32_t max_num_seqs = 0;
   std::vector<std::int32_t> capture_sizes;
@@ -183,6 +184,7 @@ EngineConfig engine_config(const ServeBenchFlags& f, const std::vector<Trace>& t
   c.max_num_batched_tokens = f.max_num_batched_tokens;
   c.max_num_seqs = seqs;
   c.enable_prefix_caching = !f.no_prefix_caching;
+  if (f.async_scheduling || f.no_async_scheduling) c.async_scheduling = f.async_scheduling;
   return c;
 }
 
@@ -195,6 +197,7 @@ ServeBenchConditions conditions_of(const ServeBenchFlags& f, const Engine& engin
   c.backend = std::string(ex.runner().selection(ex.runner().layer_id_at(0)).backend->name());
   c.capture_sizes = f.capture_sizes;
   c.prefix_caching = engine.config().enable_prefix_caching;
+  c.async_scheduling = engine.config().async_scheduling.value_or(false);
   c.max_num_batched_tokens = engine.config().max_num_batched_tokens;
   c.max_num_seqs = engine.config().max_num_seqs;
   c.block_size = ex.block_size();
@@ -290,6 +293,13 @@ void add_serve_bench_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--shared-prefix-len", f->shared_prefix_len, "Tokens of that common prompt")->capture_default_str();
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "Turn the engine's prefix cache off");
+  CLI::Option* async_on = cmd->add_flag(
+      "--async-scheduling", f->async_scheduling,
+      "Schedule and launch step N+1 while step N runs (the default on CUDA; on the CPU it runs the same code path "
+      "without overlap)");
+  cmd->add_flag("--no-async-scheduling", f->no_async_scheduling,
+                "Synchronous steps: schedule step N+1 after step N's tokens are back (the default on the CPU)")
+      ->excludes(async_on);
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget per step")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", f->max_num_seqs,

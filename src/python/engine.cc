@@ -64,6 +64,7 @@ nb::dict totals_dict(const EngineTotals& t) {
   d["prefill_chunks"] = t.prefill_chunks;
   d["graph_steps"] = t.graph_steps;
   d["cascade_steps"] = t.cascade_steps;
+  d["overlapped_steps"] = t.overlapped_steps;
   d["preemptions"] = t.preemptions;
   d["prefix_hit_tokens"] = t.prefix_hit_tokens;
   d["prefix_queried_tokens"] = t.prefix_queried_tokens;
@@ -130,7 +131,7 @@ class PyLLM {
 EngineConfig engine_config(const std::string& platform, std::optional<std::string> backend, std::int32_t max_num_seqs,
                            std::int32_t max_num_batched_tokens, std::int32_t max_model_len, std::int32_t block_size,
                            std::int64_t kv_memory_mb, bool enable_prefix_caching, bool chunked_prefill,
-                           std::vector<std::int32_t> capture_sizes) {
+                           std::vector<std::int32_t> capture_sizes, std::optional<bool> async_scheduling) {
   ATTNKIT_REQUIRE(kv_memory_mb >= 1, "kv_memory_mb", std::to_string(kv_memory_mb), ">= 1");
   EngineConfig c;
   c.executor.platform = to_platform(platform, "platform");
@@ -143,6 +144,7 @@ EngineConfig engine_config(const std::string& platform, std::optional<std::strin
   c.executor.capture_sizes = std::move(capture_sizes);
   c.enable_prefix_caching = enable_prefix_caching;
   c.chunked_prefill = chunked_prefill;
+  c.async_scheduling = async_scheduling;
   return c;
 }
 
@@ -154,7 +156,9 @@ constexpr const char* kLLMDoc =
     "requests and tokens of one step (the scheduler's cap and token budget; prompts longer than the\n"
     "budget run in chunks when chunked_prefill). max_model_len: 0 = min(max_position_embeddings, 4096).\n"
     "kv_memory_mb: the KV cache's memory, split over the KV-cache groups. capture_sizes: CUDA graphs of\n"
-    "whole steps at these token counts. Bad values raise attnkit.Error naming the field.";
+    "whole steps at these token counts. async_scheduling: schedule and launch step N+1 while step N runs\n"
+    "(None: on for CUDA, off on the CPU, where steps compute inside their launch; the tokens are the\n"
+    "same either way). Bad values raise attnkit.Error naming the field.";
 
 constexpr const char* kGenerateDoc =
     "Generates for each prompt (a list of token ids) and returns one Completion per prompt, in order:\n"
@@ -212,19 +216,24 @@ void bind_engine(nb::module_& m) {
           [](PyLLM* self, const std::string& model_dir, const std::string& platform, std::optional<std::string> backend,
              std::int32_t max_num_seqs, std::int32_t max_num_batched_tokens, std::int32_t max_model_len,
              std::int32_t block_size, std::int64_t kv_memory_mb, bool enable_prefix_caching, bool chunked_prefill,
-             std::vector<std::int32_t> capture_sizes) {
+             std::vector<std::int32_t> capture_sizes, std::optional<bool> async_scheduling) {
             new (self)
                 PyLLM(model_dir, engine_config(platform, std::move(backend), max_num_seqs, max_num_batched_tokens,
                                                max_model_len, block_size, kv_memory_mb, enable_prefix_caching,
-                                               chunked_prefill, std::move(capture_sizes)));
+                                               chunked_prefill, std::move(capture_sizes), async_scheduling));
           },
           "model_dir"_a, "platform"_a = "auto", "backend"_a = nb::none(), "max_num_seqs"_a = 8,
           "max_num_batched_tokens"_a = 512, "max_model_len"_a = 0, "block_size"_a = 16, "kv_memory_mb"_a = 64,
-          "enable_prefix_caching"_a = true, "chunked_prefill"_a = true, "capture_sizes"_a = std::vector<std::int32_t>{})
+          "enable_prefix_caching"_a = true, "chunked_prefill"_a = true, "capture_sizes"_a = std::vector<std::int32_t>{},
+          "async_scheduling"_a = nb::none())
       .def("generate", &PyLLM::generate, "prompts"_a, "sampling_params"_a = nb::none(), kGenerateDoc)
       .def("last_run", &PyLLM::last_run,
            "What the last generate() call's steps did: steps, decodes, prefill_chunks, graph_steps,\n"
-           "cascade_steps, preemptions, prefix_hit_tokens, prefix_queried_tokens.")
+           "cascade_steps, overlapped_steps (launched while the previous step ran: async scheduling),\n"
+           "preemptions, prefix_hit_tokens, prefix_queried_tokens.")
+      .def_prop_ro(
+          "async_scheduling", [](const PyLLM& l) { return l.engine().config().async_scheduling.value_or(false); },
+          "Whether steps are scheduled while the previous one runs (the platform's default when None was given).")
       .def_prop_ro(
           "backend",
           [](const PyLLM& l) {

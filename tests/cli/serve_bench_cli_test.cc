@@ -65,6 +65,31 @@ TEST(CliServeBench, AConcurrencySweepWritesOneRunPerPoint) {
   EXPECT_TRUE(std::filesystem::exists(scratch.sub("out/serve_bench.md")));
 }
 
+// The CPU platform's steps compute inside their launch, but --async-scheduling runs the engine's
+// async path: every request completes with the same tokens counted, steps overlapped, and the
+// report says which mode ran.
+TEST(CliServeBench, AsyncSchedulingSwitch) {
+  const CliScratch scratch("serve_bench_async");
+  make_tiny(scratch);
+  std::vector<nlohmann::json> reports;
+  for (const char* mode : {"--async-scheduling", "--no-async-scheduling"}) {
+    const std::string out = scratch.sub(std::string("out") + mode);
+    const CliRun run = run_cli({"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu", "--num-requests",
+                                "5", "--concurrency", "3", "--input-len-range", "4:12", "--output-len-range", "2:6",
+                                mode, "--out", out, "--no-progress"});
+    ASSERT_EQ(run.exit_code, cli::kExitOk) << run.both();
+    std::ifstream in(out + "/serve_bench.json");
+    ASSERT_TRUE(in.good());
+    reports.push_back(nlohmann::json::parse(in));
+  }
+  EXPECT_EQ(reports[0]["conditions"]["async_scheduling"], true);
+  EXPECT_EQ(reports[1]["conditions"]["async_scheduling"], false);
+  EXPECT_EQ(reports[0]["runs"][0]["completed"], 5);
+  EXPECT_EQ(reports[0]["runs"][0]["output_tokens"], reports[1]["runs"][0]["output_tokens"]);
+  EXPECT_GT(reports[0]["runs"][0]["overlapped_steps"].get<std::int64_t>(), 0);
+  EXPECT_EQ(reports[1]["runs"][0]["overlapped_steps"], 0);
+}
+
 TEST(CliServeBench, BadArgumentsNameTheFlag) {
   const CliScratch scratch("serve_bench_bad");
   make_tiny(scratch);

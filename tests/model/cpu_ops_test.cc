@@ -416,6 +416,19 @@ TEST_F(CpuOps, ArgmaxRowsTakesTheLowestColumnOnTiesAndFlagsNonFiniteRows) {
             "argmax_rows.x.dtype");
 }
 
+// Async scheduling's token copy: entries with dst -1 are padding, the rest copy tokens[src] to ids[dst].
+TEST_F(CpuOps, ScatterTokensCopiesTheNamedRowsAndSkipsPadding) {
+  const std::vector<std::int32_t> tokens = {70, 71, 72, 73};
+  const std::vector<std::int32_t> src = {2, 0, 3, 1}, dst = {5, 1, -1, -1};
+  std::vector<std::int32_t> ids = {9, 9, 9, 9, 9, 9};
+  ops->scatter_tokens(tokens.data(), src.data(), dst.data(), 4, ids.data(), kHost);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{9, 70, 9, 9, 9, 72}));
+  EXPECT_EQ(field_of([&] { ops->scatter_tokens(tokens.data(), src.data(), nullptr, 4, ids.data(), kHost); }),
+            "scatter_tokens.dst");
+  EXPECT_EQ(field_of([&] { ops->scatter_tokens(ids.data(), src.data(), dst.data(), 4, ids.data(), kHost); }),
+            "scatter_tokens.ids");
+}
+
 TEST_F(CpuOps, ConvertRoundsToNearestEvenBothWays) {
   HostMat in(3, 10, 12);
   in.randomize(rng, -70000.0f, 70000.0f);  // fp16 overflows to infinity past 65520

@@ -693,6 +693,42 @@ TEST_F(CudaOps, SampleRowsEqualsTheCpuOpTokenForToken) {
   EXPECT_GT(poisoned, 5);
 }
 
+// Async scheduling's token copy on the device, padding entries (dst -1) included, and inside a
+// captured graph that reads its index arrays at fixed addresses.
+TEST_F(CudaOps, ScatterTokensEqualsTheCpuOpsEagerAndCaptured) {
+  const std::vector<std::int32_t> tokens = {70, 71, 72, 73, 74};
+  const std::vector<std::int32_t> src = {2, 0, 3, 1, 4}, dst = {5, 1, -1, 0, -1};
+  std::vector<std::int32_t> want = {9, 9, 9, 9, 9, 9, 9};
+  cpu->scatter_tokens(tokens.data(), src.data(), dst.data(), 5, want.data(), Stream{});
+  const DeviceInts tokens_g(tokens), dst_g(dst);
+  DeviceInts src_g(src), ids_g(std::vector<std::int32_t>(7, 9));
+  std::vector<std::int32_t> got(7);
+  const auto download = [&] {
+    check_cuda(cudaMemcpy(got.data(), ids_g.data(), got.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost),
+               "download");
+  };
+  gpu->scatter_tokens(tokens_g.data(), src_g.data(), dst_g.data(), 5, const_cast<std::int32_t*>(ids_g.data()),
+                      stream());
+  finish();
+  download();
+  EXPECT_EQ(got, want);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ids_g.set(std::vector<std::int32_t>(7, 9));
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  gpu->scatter_tokens(tokens_g.data(), src_g.data(), dst_g.data(), 5, const_cast<std::int32_t*>(ids_g.data()),
+                      stream());
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  src_g.set({4, 0, 3, 2, 1});  // new rows at the same addresses: the replay reads them
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+  finish();
+  download();
+  EXPECT_EQ(got, (std::vector<std::int32_t>{72, 70, 9, 9, 9, 74, 9}));
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+}
+
 TEST_F(CudaOps, ConvertIsBitEqualToTheHostConversions) {
   const DType kinds[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   for (const DType from : kinds) {

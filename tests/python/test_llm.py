@@ -135,3 +135,23 @@ def test_sampling_params_list_must_match_prompts(model_dir):
     with pytest.raises(attnkit.Error) as info:
         llm.generate(prompts_of(7, [4, 4]), [attnkit.SamplingParams()])
     assert info.value.field == "sampling_params"
+
+
+def test_async_scheduling_gives_the_tokens_of_synchronous_steps(model_dir):
+    # On the CPU each step computes inside its launch, but the engine runs the async code path:
+    # placeholders, device tokens, discarded work after a stop. The tokens must not change.
+    prompts = prompts_of(8, [5, 40, 17, 9, 23])
+    free = make_llm(model_dir).generate(prompts[:1], attnkit.SamplingParams(max_tokens=10, ignore_eos=True))[0]
+    params = [attnkit.SamplingParams(max_tokens=12, ignore_eos=True) for _ in prompts]
+    params[0] = attnkit.SamplingParams(max_tokens=10, stop_token_ids=[free.token_ids[4]], ignore_eos=True)
+    params[3] = attnkit.SamplingParams(max_tokens=2, ignore_eos=True)
+    sync = make_llm(model_dir, async_scheduling=False)
+    overlapped = make_llm(model_dir, async_scheduling=True)
+    assert not sync.async_scheduling and overlapped.async_scheduling
+    assert not make_llm(model_dir).async_scheduling, "the CPU platform's default is off"
+    want = sync.generate(prompts, params)
+    got = overlapped.generate(prompts, params)
+    assert [(c.token_ids, c.finish_reason) for c in got] == [(c.token_ids, c.finish_reason) for c in want]
+    assert got[0].finish_reason == "stop_token"
+    assert sync.last_run()["overlapped_steps"] == 0
+    assert overlapped.last_run()["overlapped_steps"] > 0

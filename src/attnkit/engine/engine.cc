@@ -1,8 +1,10 @@
 #include "attnkit/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
+#include <span>
 #include <string>
 
 #include "attnkit/core/error.h"
@@ -40,6 +42,7 @@ void EngineTotals::add(const EngineStepStats& s) {
   prefix_queried_tokens += s.prefix_queried_tokens;
   cascade_steps += s.cascade ? 1 : 0;
   graph_steps += s.graph_replayed ? 1 : 0;
+  overlapped_steps += s.overlapped ? 1 : 0;
 }
 
 double EngineTotals::prefix_hit_rate() const {
@@ -61,11 +64,16 @@ KVCacheManagerConfig kv_config_of(const ModelExecutor& ex, bool prefix_caching) 
   return c;
 }
 
-bool ends_with(const std::vector<std::int32_t>& tokens, std::int32_t from, const std::vector<std::int32_t>& tail) {
-  if (tail.empty() || static_cast<std::int32_t>(tokens.size()) - from < static_cast<std::int32_t>(tail.size()))
-    return false;
-  return std::equal(tail.begin(), tail.end(), tokens.end() - static_cast<std::ptrdiff_t>(tail.size()));
+// Whether tokens[from, end) ends with `tail`.
+bool ends_with(std::span<const std::int32_t> tokens, std::size_t from, std::size_t end,
+               const std::vector<std::int32_t>& tail) {
+  if (tail.empty() || end < from || end - from < tail.size()) return false;
+  return std::equal(tail.begin(), tail.end(), tokens.begin() + static_cast<std::ptrdiff_t>(end - tail.size()));
 }
+
+// Async scheduling: the host's stand-in for a token an in-flight step is still sampling (never
+// read: the step that computes it takes the real one from the device, StepRequest::previous_token_index).
+constexpr std::int32_t kPendingToken = -1;
 
 }  // namespace
 
@@ -75,6 +83,7 @@ class Engine::Impl {
   std::int64_t add_request(RequestSpec spec);
   void abort_request(std::int64_t id);
   const std::vector<RequestOutput>& step();
+  bool has_unfinished() const { return !scheduler_.empty() || num_in_flight_ > 0; }
   EngineRequest& request(std::int64_t id);
   const EngineRequest& request(std::int64_t id) const;
 
@@ -88,12 +97,38 @@ class Engine::Impl {
   EngineStepStats stats_;
 
  private:
+  // A chunk of a launched step, as its collect needs it.
+  struct LaunchedChunk {
+    EngineRequest* request = nullptr;
+    std::int32_t start = 0;         // the request's computed tokens before the chunk
+    std::int32_t num_tokens = 0;
+    std::int32_t token_index = -1;  // a completing chunk's sampled token: its place in request->tokens
+  };
+  // A step launched and not yet collected (storage reused across steps).
+  struct LaunchedStep {
+    std::vector<LaunchedChunk> chunks;
+    StepResult result = StepResult::kLogits;
+    EngineStepStats stats;  // its scheduling's part; the rest when it is collected
+  };
   void validate(const RequestSpec& spec) const;
-  void finish_chunk(const ScheduledChunk& chunk, const StepOutput& step, std::size_t index);
-  FinishReason stop_reason(const EngineRequest& r) const;
+  LaunchedStep& in_flight(std::size_t i) { return launched_[(first_ + i) % launched_.size()]; }
+  const LaunchedStep& in_flight(std::size_t i) const { return launched_[(first_ + i) % launched_.size()]; }
+  bool can_overlap() const;
+  bool launch_step(bool overlapped);
+  void fill_step_requests(const ScheduleResult& plan, LaunchedStep& step);
+  void collect_step();
+  void finish_chunk(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index);
+  FinishReason stop_reason(const EngineRequest& r, std::size_t end) const;
   // The step's requests as the executor takes them (storage reused across steps).
   std::vector<StepRequest> step_requests_;
   std::vector<std::vector<std::span<const std::int32_t>>> step_blocks_;
+  bool async_ = false;
+  std::array<LaunchedStep, ModelExecutor::kMaxInFlight> launched_;
+  std::size_t first_ = 0, num_in_flight_ = 0;
+  std::int64_t steps_launched_ = 0;
+  // Host time inside step() while no step was in flight, since the last launch (host_gap_us).
+  Clock::time_point idle_since_ = Clock::now();
+  double idle_us_ = 0;
 };
 
 namespace {
@@ -106,6 +141,7 @@ EngineConfig with_defaults(EngineConfig c) {
   ATTNKIT_REQUIRE(c.max_num_seqs >= 1 && c.max_num_seqs <= c.executor.max_num_reqs, "max_num_seqs",
                   std::to_string(c.max_num_seqs),
                   "[1, executor.max_num_reqs " + std::to_string(c.executor.max_num_reqs) + "]");
+  if (!c.async_scheduling) c.async_scheduling = c.executor.platform.kind == PlatformKind::kCuda;
   return c;
 }
 }  // namespace
@@ -116,6 +152,7 @@ Engine::Impl::Impl(const LoadedModel& model, EngineConfig config)
       kv_(kv_config_of(executor_, config_.enable_prefix_caching)),
       scheduler_({config_.max_num_batched_tokens, config_.max_num_seqs, config_.chunked_prefill}, kv_) {
   executor_.set_profiling(config_.profile);
+  async_ = *config_.async_scheduling;
 }
 
 void Engine::Impl::validate(const RequestSpec& spec) const {
@@ -160,7 +197,10 @@ std::int64_t Engine::Impl::add_request(RequestSpec spec) {
 void Engine::Impl::abort_request(std::int64_t id) {
   EngineRequest& r = request(id);
   if (r.state == RequestState::kFinished) return;
-  scheduler_.remove(r);
+  // A step in flight still writes the request's KV: its blocks go back when that step is collected.
+  scheduler_.remove(r, /*keep_blocks=*/r.steps_in_flight > 0);
+  r.tokens.resize(r.tokens.size() - static_cast<std::size_t>(r.num_pending));  // never sampled, never reported
+  r.num_pending = 0;
   r.state = RequestState::kFinished;
   r.finish_reason = FinishReason::kNone;
 }
@@ -172,61 +212,72 @@ EngineRequest& Engine::Impl::request(std::int64_t id) {
 }
 const EngineRequest& Engine::Impl::request(std::int64_t id) const { return const_cast<Impl*>(this)->request(id); }
 
-FinishReason Engine::Impl::stop_reason(const EngineRequest& r) const {
-  const std::int32_t last = r.tokens.back();
+// The stop conditions of the request's tokens [0, end) (later ones are placeholders of steps in flight).
+FinishReason Engine::Impl::stop_reason(const EngineRequest& r, std::size_t end) const {
+  const std::int32_t last = r.tokens[end - 1];
   const auto& stops = r.spec.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), last) != stops.end()) return FinishReason::kStopToken;
   const auto& eos = executor_.arch().eos_token_ids;
   if (!r.spec.ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) return FinishReason::kStopToken;
   for (const auto& seq : r.spec.stop_sequences) {
-    if (ends_with(r.tokens, r.num_prompt, seq)) return FinishReason::kStopSequence;
+    if (ends_with(r.tokens, static_cast<std::size_t>(r.num_prompt), end, seq)) return FinishReason::kStopSequence;
   }
-  if (r.num_generated() >= r.spec.max_tokens) return FinishReason::kLength;
+  if (static_cast<std::int64_t>(end) - r.num_prompt >= r.spec.max_tokens) return FinishReason::kLength;
   return FinishReason::kNone;
 }
 
 // After the step: the chunk's tokens are in the cache (full blocks cached); a chunk that completes
-// its request's tokens takes the token the step sampled for it and checks the stop conditions.
-void Engine::Impl::finish_chunk(const ScheduledChunk& chunk, const StepOutput& step, std::size_t index) {
+// its request's tokens puts the token the step sampled for it in place of its placeholder and checks the
+// stop conditions. A request that finished (or was aborted) while this step was in flight has the
+// step's work discarded: nothing committed or reported, its blocks released with its last step.
+void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index) {
   EngineRequest& r = *chunk.request;
-  r.num_computed += chunk.num_tokens;
-  kv_.commit(r.id, r.tokens, r.num_computed);
-  if (!chunk.completes) return;
-  r.tokens.push_back(step.sampled_tokens[index]);
+  --r.steps_in_flight;
+  if (r.state == RequestState::kFinished) {
+    if (r.steps_in_flight == 0) scheduler_.release_blocks(r);
+    return;
+  }
+  // Only known tokens are hashed: those before the chunk's end, every placeholder among them
+  // replaced when the step that sampled it was collected (steps are collected in order).
+  kv_.commit(r.id, r.tokens, chunk.start + chunk.num_tokens);
+  if (chunk.token_index < 0) return;
+  const auto at = static_cast<std::size_t>(chunk.token_index);
+  r.tokens[at] = step.sampled_tokens[index];
+  --r.num_pending;
   RequestOutput out;
   out.request_id = r.id;
-  out.new_tokens = {r.tokens.back()};
-  r.finish_reason = stop_reason(r);
+  out.new_tokens = {r.tokens[at]};
+  r.finish_reason = stop_reason(r, at + 1);
   if (r.finish_reason != FinishReason::kNone) {
-    scheduler_.finish(r);
+    // A step in flight may compute a token after this one: it is never reported.
+    r.tokens.resize(at + 1);
+    r.num_pending = 0;
+    scheduler_.finish(r, /*keep_blocks=*/r.steps_in_flight > 0);
     out.finished = true;
     out.finish_reason = r.finish_reason;
   }
   outputs_.push_back(std::move(out));
 }
 
-const std::vector<RequestOutput>& Engine::Impl::step() {
-  outputs_.clear();
-  stats_ = EngineStepStats{};
-  const Clock::time_point t0 = Clock::now();
-  const ScheduleResult& plan = scheduler_.schedule();
-  stats_.num_tokens = plan.num_tokens;
-  stats_.num_preempted = plan.num_preempted;
-  stats_.prefix_hit_tokens = plan.prefix_hit_tokens;
-  stats_.prefix_queried_tokens = plan.prefix_queried_tokens;
-  if (plan.chunks.empty()) {
-    // Validation guarantees that a lone request fits the pool, so an empty plan with work left is
-    // a bug of the scheduler, never a state to wait in.
-    ATTNKIT_REQUIRE(scheduler_.empty(), "scheduler", "no request could be scheduled", "progress every step");
-    stats_.schedule_us = us_since(t0);
-    return outputs_;
-  }
+// Async scheduling: the next step may be scheduled and launched before the one in flight is
+// collected when its schedule needs nothing that only that step's results tell: the step left its
+// tokens on the device (kSampledTokens: no host sampler reads its logits first), and the scheduler
+// will neither preempt nor look a waiting request up in the prefix cache (can_schedule_ahead).
+bool Engine::Impl::can_overlap() const {
+  return num_in_flight_ == 1 && in_flight(0).result == StepResult::kSampledTokens &&
+         scheduler_.can_schedule_ahead(config_.enable_prefix_caching);
+}
+
+// The executor's requests of a schedule. A request whose last token is a placeholder (sampled by
+// the step in flight, whose chunk for it completed) takes that token from the device.
+void Engine::Impl::fill_step_requests(const ScheduleResult& plan, LaunchedStep& step) {
   const std::size_t n = plan.chunks.size();
   step_requests_.resize(n);
   step_blocks_.resize(n);
+  step.chunks.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const ScheduledChunk& c = plan.chunks[i];
-    const EngineRequest& r = *c.request;
+    EngineRequest& r = *c.request;
     step_blocks_[i].clear();
     for (std::int32_t g = 0; g < kv_.num_groups(); ++g) step_blocks_[i].push_back(kv_.blocks(r.id, g));
     StepRequest& s = step_requests_[i];
@@ -235,24 +286,108 @@ const std::vector<RequestOutput>& Engine::Impl::step() {
                                                                static_cast<std::size_t>(c.num_tokens));
     s.num_computed_tokens = r.num_computed;
     s.blocks = step_blocks_[i];
+    // A pending token is the request's last, and its only uncomputed one: the chunk is exactly it.
+    ATTNKIT_REQUIRE(r.num_pending == 0 || (c.num_tokens == 1 && r.last_step == steps_launched_ - 1),
+                    "request " + std::to_string(r.id) + " pending tokens", std::to_string(r.num_pending),
+                    "one, sampled by the step in flight, scheduled alone");
+    s.previous_token_index = r.num_pending > 0 ? r.last_step_index : -1;
     // The token of a chunk that leaves prompt tokens to compute is dropped: greedy costs least. A
-    // completing chunk samples token number num_generated() of its request, the same number after
-    // a preemption's recompute, so the request's tokens never depend on the batch.
+    // completing chunk samples token number num_generated() of its request (placeholders of the
+    // step in flight counted), the same number after a preemption's recompute, so the request's
+    // tokens never depend on the batch.
     s.sampling = c.completes ? r.spec.sampling : SamplingParams{};
     s.sample_counter = static_cast<std::uint64_t>(r.num_generated());
-    (c.num_tokens == 1 && r.num_computed >= r.num_prompt ? stats_.num_decodes : stats_.num_prefills) += 1;
+    const auto end = static_cast<std::int32_t>(r.tokens.size());
+    step.chunks.push_back({&r, r.num_computed, c.num_tokens, c.completes ? end : -1});
+    (c.num_tokens == 1 && r.num_computed >= r.num_prompt ? step.stats.num_decodes : step.stats.num_prefills) += 1;
   }
-  stats_.schedule_us = us_since(t0);
+}
+
+// Schedules a step and launches it; false when nothing was scheduled. Overlapped: a step is in
+// flight, whose sampled tokens are placeholders here. From the launch on, the scheduler counts the
+// step's chunks as computed and each token it samples as a placeholder.
+bool Engine::Impl::launch_step(bool overlapped) {
+  const Clock::time_point t0 = Clock::now();
+  const ScheduleResult& plan = scheduler_.schedule();
+  ATTNKIT_REQUIRE(!overlapped || plan.num_preempted == 0, "scheduler", "a preemption while a step is in flight",
+                  "none (can_schedule_ahead rules it out)");
+  LaunchedStep& step = in_flight(num_in_flight_);
+  step.stats = EngineStepStats{};
+  step.stats.num_tokens = plan.num_tokens;
+  step.stats.num_preempted = plan.num_preempted;
+  step.stats.prefix_hit_tokens = plan.prefix_hit_tokens;
+  step.stats.prefix_queried_tokens = plan.prefix_queried_tokens;
+  if (plan.chunks.empty()) {
+    // Validation guarantees that a lone request fits the pool, so an empty plan with work left and
+    // nothing in flight is a bug of the scheduler, never a state to wait in.
+    ATTNKIT_REQUIRE(overlapped || scheduler_.empty(), "scheduler", "no request could be scheduled",
+                    "progress every step");
+    step.stats.schedule_us = us_since(t0);
+    return false;
+  }
+  fill_step_requests(plan, step);
+  step.stats.schedule_us = us_since(t0);
+  step.stats.overlapped = overlapped;
   // Every request's token is sampled on the step's platform: only token ids cross to the host.
-  const StepOutput& out = executor_.execute(step_requests_, StepResult::kSampledTokens);
+  step.result = StepResult::kSampledTokens;
+  if (!overlapped) {
+    step.stats.host_gap_us = idle_us_ + us_since(idle_since_);
+    idle_us_ = 0;
+  }
+  executor_.launch(step_requests_, step.result);
+  for (std::size_t i = 0; i < step.chunks.size(); ++i) {
+    LaunchedChunk& c = step.chunks[i];
+    EngineRequest& r = *c.request;
+    r.num_computed += c.num_tokens;
+    if (c.token_index >= 0) {
+      r.tokens.push_back(kPendingToken);
+      ++r.num_pending;
+    }
+    ++r.steps_in_flight;
+    r.last_step = steps_launched_;
+    r.last_step_index = static_cast<std::int32_t>(i);
+  }
+  ++steps_launched_;
+  ++num_in_flight_;
+  return true;
+}
+
+// The oldest step in flight: its tokens (the one wait), its chunks finished in order.
+void Engine::Impl::collect_step() {
+  const StepOutput& out = executor_.collect();
+  const LaunchedStep& step = in_flight(0);
+  first_ = (first_ + 1) % launched_.size();
+  --num_in_flight_;
+  if (num_in_flight_ == 0) idle_since_ = Clock::now();  // the device has nothing of ours from here
+  stats_ = step.stats;
   stats_.model = out.times;
   stats_.graph_replayed = out.graph_replayed;
   stats_.cascade = out.cascade_prefix_len > 0;
+  stats_.host_gap_us = step.stats.overlapped ? std::max(out.device_idle_before_us, 0.0)
+                                             : step.stats.host_gap_us + out.times.prepare_step;
   const Clock::time_point t1 = Clock::now();
-  for (std::size_t i = 0; i < n; ++i) finish_chunk(plan.chunks[i], out, i);
+  for (std::size_t i = 0; i < step.chunks.size(); ++i) finish_chunk(step.chunks[i], out, i);
   stats_.sample_us = us_since(t1);
-  // A synchronous step: the device idles while the host schedules, prepares and samples.
-  stats_.host_gap_us = stats_.schedule_us + stats_.model.prepare_step + stats_.sample_us;
+}
+
+// Synchronous: schedule, launch, collect. Async: with a step in flight, schedule and launch the
+// next one first where can_overlap allows, then collect the one in flight; a step whose schedule
+// needed its results is launched right after, so that it runs while the caller reads the outputs.
+const std::vector<RequestOutput>& Engine::Impl::step() {
+  outputs_.clear();
+  stats_ = EngineStepStats{};
+  if (num_in_flight_ == 0) {
+    idle_since_ = Clock::now();
+    if (!launch_step(false)) {
+      stats_ = in_flight(num_in_flight_).stats;
+      return outputs_;
+    }
+  }
+  if (async_ && can_overlap()) launch_step(true);
+  collect_step();
+  if (async_ && num_in_flight_ == 0) launch_step(false);
+  // The host's time without a step in flight counts toward the next launch's gap while there is work.
+  if (num_in_flight_ == 0) idle_us_ = scheduler_.empty() ? 0.0 : idle_us_ + us_since(idle_since_);
   return outputs_;
 }
 
@@ -261,15 +396,16 @@ Engine::Engine(const LoadedModel& model, EngineConfig config)
 Engine::~Engine() = default;
 std::int64_t Engine::add_request(RequestSpec spec) { return impl_->add_request(std::move(spec)); }
 void Engine::abort_request(std::int64_t request_id) { impl_->abort_request(request_id); }
-bool Engine::has_unfinished_requests() const { return !impl_->scheduler_.empty(); }
+bool Engine::has_unfinished_requests() const { return impl_->has_unfinished(); }
 const std::vector<RequestOutput>& Engine::step() { return impl_->step(); }
 const EngineStepStats& Engine::last_step_stats() const { return impl_->stats_; }
 std::vector<std::int32_t> Engine::generated(std::int64_t request_id) const {
   const EngineRequest& r = impl_->request(request_id);
-  return {r.tokens.begin() + r.num_prompt, r.tokens.end()};
+  return {r.tokens.begin() + r.num_prompt, r.tokens.end() - r.num_pending};
 }
 RequestState Engine::state(std::int64_t request_id) const { return impl_->request(request_id).state; }
 FinishReason Engine::finish_reason(std::int64_t request_id) const { return impl_->request(request_id).finish_reason; }
+std::int32_t Engine::num_available_blocks(std::int32_t group) const { return impl_->kv_.num_available_blocks(group); }
 const ModelExecutor& Engine::executor() const { return impl_->executor_; }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 

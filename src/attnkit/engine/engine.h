@@ -6,8 +6,15 @@
 // on the step's platform (model/sampler.h's definition with the request's seed and its number of
 // generated tokens as the counter: only token ids reach the host), and reports the tokens each
 // request gained.
-// Steps are synchronous: the host schedules step N+1 after step N's tokens are back (no async
-// scheduling yet; EngineStepStats::host_gap_us measures what overlapping would hide).
+//
+// Async scheduling (EngineConfig::async_scheduling): while step N runs on the GPU the host
+// schedules and launches step N+1, counting N's sampled tokens as placeholders that N+1 takes from
+// N's device tokens (StepRequest::previous_token_index); then it collects N (the only wait: N's
+// token ids), applies the stop conditions, and discards N+1's work for any request N finished (its
+// extra token is never reported, its blocks go back when N+1 is collected). A step whose schedule
+// needs N's results (a preemption, a prefix-cache lookup for a waiting request) is scheduled after
+// N is collected instead. The outputs are those of synchronous steps: step() returns each step's
+// outputs once, in order.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +40,10 @@ struct EngineConfig {
   // The executor's per-part timing (EngineStepStats::model): on CUDA a synchronization per part, so
   // exact GPU times of eager steps at the price of the overlap; off, the parts are enqueue times.
   bool profile = false;
+  // Schedule and launch step N+1 while step N runs (see above). nullopt: on for the CUDA platform,
+  // off on the CPU (whose steps compute inside their launch, so nothing overlaps; on, it runs the
+  // same code path, which is how CI tests it).
+  std::optional<bool> async_scheduling;
 };
 
 struct RequestSpec {
@@ -66,9 +77,17 @@ struct EngineStepStats {
   std::int32_t prefix_queried_tokens = 0;  // prompt tokens looked up
   bool cascade = false;                    // some attention group ran a cascade (shared prefix)
   bool graph_replayed = false;
+  bool overlapped = false;  // async scheduling: launched while the previous step was in flight
   double schedule_us = 0;  // host: scheduling and block allocation
   double sample_us = 0;    // the host's part after the step: tokens, stop conditions
-  double host_gap_us = 0;  // time the device waited for the host (no step in flight)
+  // How long the device waited for the host before this step's work began. A step launched while
+  // the previous one was in flight (overlapped): on CUDA the GPU's idle time between the previous
+  // step's last work and this step's first, measured by timing events (0 when the GPU never ran
+  // dry); 0 on the CPU platform. A step launched with none in flight: the host's time inside
+  // step() calls since the previous step's tokens were back (its stop conditions, this step's
+  // scheduling; the caller's time between calls is left out, since it may be idle time with no
+  // request) plus this step's prepare (StepTimes::prepare_step).
+  double host_gap_us = 0;
   StepTimes model;         // the executor's split (prepare_step, attention, GEMMs, rest)
 };
 
@@ -77,6 +96,7 @@ struct EngineTotals {
   std::int64_t steps = 0, decodes = 0, prefill_chunks = 0, preemptions = 0;
   std::int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
   std::int64_t cascade_steps = 0, graph_steps = 0;
+  std::int64_t overlapped_steps = 0;
   void add(const EngineStepStats& s);
   // Hit over queried prompt tokens; 0 when nothing was queried.
   double prefix_hit_rate() const;
@@ -93,18 +113,24 @@ class Engine {
   // prompt, a token id outside the vocabulary, prompt + max_tokens over max_model_len, max_tokens
   // < 1, bad sampling parameters); the engine and its other requests are unaffected.
   std::int64_t add_request(RequestSpec spec);
-  // Gives a waiting or running request up (its blocks are released).
+  // Gives a waiting or running request up (its blocks are released; with a step in flight that
+  // computes some of its tokens, when that step is collected). Nothing more is reported for it.
   void abort_request(std::int64_t request_id);
+  // Requests not finished, or a step launched and not yet collected (async scheduling).
   bool has_unfinished_requests() const;
   // One engine step: schedule, run, sample. Returns the outputs of the requests that gained
-  // tokens (or finished) this step, in the order they were scheduled.
+  // tokens (or finished) this step, in the order they were scheduled. With async scheduling the
+  // next step may already be in flight when it returns.
   const std::vector<RequestOutput>& step();
   const EngineStepStats& last_step_stats() const;
 
-  // The tokens a request generated so far (its prompt excluded).
+  // The tokens a request generated so far (its prompt excluded; none a step in flight still samples).
   std::vector<std::int32_t> generated(std::int64_t request_id) const;
   RequestState state(std::int64_t request_id) const;
   FinishReason finish_reason(std::int64_t request_id) const;
+  // KV blocks of a group that an allocation may take now (free ones and cached ones nothing
+  // references): with no request unfinished, every block but the null block.
+  std::int32_t num_available_blocks(std::int32_t group) const;
   const ModelExecutor& executor() const;
   const EngineConfig& config() const;
 

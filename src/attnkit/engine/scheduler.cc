@@ -17,17 +17,52 @@ void Scheduler::add(EngineRequest& request) {
   waiting_.push_back(&request);
 }
 
-void Scheduler::remove(EngineRequest& request) {
+void Scheduler::remove(EngineRequest& request, bool keep_blocks) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &request), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
+  if (!keep_blocks) release_blocks(request);
+}
+
+void Scheduler::release_blocks(EngineRequest& request) {
   if (request.holds_blocks) kv_.free(request.id);
   request.holds_blocks = false;
 }
 
-std::int32_t Scheduler::chunk_size(const EngineRequest& r) const {
+std::int32_t Scheduler::chunk_size(const EngineRequest& r, std::int32_t budget) const {
   const auto remaining = static_cast<std::int32_t>(r.tokens.size()) - r.num_computed;
-  if (remaining <= budget_) return remaining;
-  return limits_.chunked_prefill ? budget_ : 0;
+  if (remaining <= budget) return remaining;
+  return limits_.chunked_prefill ? budget : 0;
+}
+
+// A running request in the decode pass (one token left: its last sampled one) or the prefill pass;
+// one whose in-flight token is its last one is in neither.
+bool Scheduler::schedulable(const EngineRequest& r, bool decodes) const {
+  if (r.state != RequestState::kRunning || r.awaiting_last_token()) return false;
+  const bool is_decode = static_cast<std::int32_t>(r.tokens.size()) - r.num_computed == 1;
+  return is_decode == decodes;
+}
+
+bool Scheduler::can_schedule_ahead(bool prefix_caching) const {
+  blocks_needed_.assign(static_cast<std::size_t>(kv_.num_groups()), 0);
+  std::int32_t budget = limits_.max_num_batched_tokens, count = 0;
+  // The running passes of schedule(), without their allocations: with no preemption, the same chunks.
+  for (const bool decodes : {true, false}) {
+    for (const EngineRequest* r : running_) {
+      if (!schedulable(*r, decodes) || count >= limits_.max_num_seqs) continue;
+      const std::int32_t n = chunk_size(*r, budget);
+      if (n == 0) continue;
+      for (std::int32_t g = 0; g < kv_.num_groups(); ++g) {
+        blocks_needed_[static_cast<std::size_t>(g)] += kv_.blocks_needed(r->id, r->num_computed + n, g);
+      }
+      budget -= n;
+      ++count;
+    }
+  }
+  for (std::int32_t g = 0; g < kv_.num_groups(); ++g) {
+    if (blocks_needed_[static_cast<std::size_t>(g)] > kv_.num_available_blocks(g)) return false;
+  }
+  const bool room = budget > 0 && count < limits_.max_num_seqs;
+  return !(prefix_caching && room && !waiting_.empty());
 }
 
 const ScheduleResult& Scheduler::schedule() {
@@ -38,9 +73,7 @@ const ScheduleResult& Scheduler::schedule() {
   for (const bool decodes : {true, false}) {
     const std::vector<EngineRequest*> running = running_;
     for (EngineRequest* r : running) {
-      if (r->state != RequestState::kRunning) continue;  // preempted meanwhile
-      const bool is_decode = static_cast<std::int32_t>(r->tokens.size()) - r->num_computed == 1;
-      if (is_decode == decodes) schedule_running(*r, decodes);
+      if (schedulable(*r, decodes)) schedule_running(*r, decodes);  // not if preempted meanwhile
     }
   }
   schedule_waiting();
@@ -129,10 +162,9 @@ void Scheduler::schedule_waiting() {
   }
 }
 
-void Scheduler::finish(EngineRequest& request) {
+void Scheduler::finish(EngineRequest& request, bool keep_blocks) {
   running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
-  if (request.holds_blocks) kv_.free(request.id);
-  request.holds_blocks = false;
+  if (!keep_blocks) release_blocks(request);
   request.state = RequestState::kFinished;
 }
 

@@ -324,6 +324,7 @@ Json run_json(const ServeBenchRun& run) {
   j["steps"] = t.steps;
   j["cascade_steps"] = t.cascade_steps;
   j["graph_steps"] = t.graph_steps;
+  j["overlapped_steps"] = t.overlapped_steps;
   j["split_us_total"] = split_json(r.split_total);
   j["split_us_per_step"] = split_json(r.split_per_step);
   j["requests"] = requests_json(r.requests);
@@ -337,6 +338,7 @@ Json conditions_json(const ServeBenchConditions& c) {
           {"backend", c.backend},
           {"capture_sizes", c.capture_sizes},
           {"prefix_caching", c.prefix_caching},
+          {"async_scheduling", c.async_scheduling},
           {"max_num_batched_tokens", c.max_num_batched_tokens},
           {"max_num_seqs", c.max_num_seqs},
           {"block_size", c.block_size},
@@ -367,7 +369,8 @@ void markdown_conditions(std::ostringstream& md, const ServeBenchConditions& c) 
   md << "- model: `" << c.model_dir << "` (" << c.family << ")\n"
      << "- platform: " << c.platform << ", backend: " << c.backend << "\n"
      << "- CUDA graph capture sizes: " << list(c.capture_sizes) << "\n"
-     << "- prefix caching: " << (c.prefix_caching ? "on" : "off") << "\n"
+     << "- prefix caching: " << (c.prefix_caching ? "on" : "off")
+     << ", async scheduling: " << (c.async_scheduling ? "on" : "off") << "\n"
      << "- max_num_batched_tokens " << c.max_num_batched_tokens << ", max_num_seqs " << c.max_num_seqs
      << ", block size " << c.block_size << ", max_model_len " << c.max_model_len << ", KV blocks per group "
      << c.kv_blocks << "\n"
@@ -390,7 +393,8 @@ void markdown_tables(std::ostringstream& md, const std::vector<ServeBenchRun>& r
   }
   md << "\nPer step, us (sums over the run / steps): schedule and sampling on the host, prepare_step "
         "to model total the executor's split (on CUDA device-exact only with profiling on), host gap the "
-        "time the device waited for the host.\n\n"
+        "time the device waited for the host (EngineStepStats::host_gap_us: with async scheduling on CUDA, "
+        "the GPU's measured idle time before each overlapped step).\n\n"
      << "| arrivals | schedule | prepare_step | attention | GEMMs | other | sampling | host gap | model total |\n"
      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const ServeBenchRun& run : runs) {

@@ -83,6 +83,7 @@ struct ServeBenchConditions {
   std::string model_dir, family, platform, backend;
   std::vector<std::int32_t> capture_sizes;
   bool prefix_caching = true;
+  bool async_scheduling = false;  // step N+1 scheduled and launched while step N runs
   std::int32_t max_num_batched_tokens = 0, max_num_seqs = 0, block_size = 0, max_model_len = 0;
   std::int64_t kv_blocks = 0;  // per KV-cache group (the first group's)
   std::string commit;  // $ATTNKIT_COMMIT, else "unknown"

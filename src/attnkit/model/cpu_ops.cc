@@ -196,6 +196,14 @@ class CpuModelOps final : public ModelOps {
     }
   }
 
+  void scatter_tokens(const std::int32_t* tokens, const std::int32_t* src, const std::int32_t* dst, std::int64_t n,
+                      std::int32_t* ids, Stream) override {
+    checks_.scatter_tokens(tokens, src, dst, n, ids);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (dst[i] >= 0) ids[dst[i]] = tokens[src[i]];
+    }
+  }
+
   void soft_cap(const ActMat& x, float cap, Stream) override {
     checks_.soft_cap(x, cap);
     for (std::int64_t r = 0; r < x.rows; ++r) {

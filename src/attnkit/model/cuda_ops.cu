@@ -164,6 +164,18 @@ class CudaModelOps final : public ModelOps {
     check_launch(kernels::launch_gather_rows(p, stream.handle));
   }
 
+  void scatter_tokens(const std::int32_t* tokens, const std::int32_t* src, const std::int32_t* dst, std::int64_t n,
+                      std::int32_t* ids, Stream stream) override {
+    checks_.scatter_tokens(tokens, src, dst, n, ids);
+    kernels::ScatterTokensParams p;
+    p.tokens = tokens;
+    p.src = src;
+    p.dst = dst;
+    p.n = n;
+    p.ids = ids;
+    check_launch(kernels::launch_scatter_tokens(p, stream.handle));
+  }
+
   void soft_cap(const ActMat& x, float cap, Stream stream) override {
     checks_.soft_cap(x, cap);
     kernels::SoftCapParams p;

@@ -1,6 +1,7 @@
 #include "attnkit/model/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -70,17 +71,46 @@ std::vector<LayerSpec> attention_layers(const ModelArch& a, DType attention_dtyp
   return specs;
 }
 
+// What collect needs of a launched step, and what the next launch reads of it (its order, for
+// previous_token_index). Kept apart from the shared buffers because the host builds step N+1
+// while step N is still in flight.
+struct ModelExecutor::Launched {
+  StepOrder order;                // the runner's order of the step
+  std::vector<std::int32_t> ids;  // request ids, scheduler order
+  StepResult result = StepResult::kLogits;
+  bool all_greedy = true;  // kSampledTokens: every request greedy (the argmax alone, no parameters)
+  // kSampledTokens: the token ids, runner order, copied here asynchronously (pinned on CUDA) so
+  // that the next step's copy cannot overwrite them before this step's collect reads them.
+  DeviceArray<std::int32_t> tokens_host;
+  // CUDA: before the step's first work and after its last (the token copy): collect waits on
+  // `end` alone, and the two give the GPU's idle time between steps.
+  StreamEvent start{true}, end{true};
+  StepTimes times;  // launch's part
+  GraphMode graph_mode = GraphMode::kEager;
+  bool graph_replayed = false;
+  std::int32_t cascade_prefix_len = 0;
+};
+
 // The step's fixed-address buffers, sized once for max_num_tokens / max_num_reqs (C3).
 struct ModelExecutor::Buffers {
   // Index arrays the device reads, written into a pinned mirror and uploaded once per step.
   Workspace indices;
   WorkspaceRegion<std::int32_t> token_ids, positions, head_rows;
+  // Async scheduling: per entry, a row of the previous step's device tokens (`sampled`) and the token
+  // row of this step it fills (-1: padding, every entry is rewritten each step, since a captured
+  // graph scatters all max_num_reqs of them).
+  WorkspaceRegion<std::int32_t> previous_src, previous_dst;
+  // kSampledTokens: each request's RowSampling (runner order), uploaded with the index arrays (so
+  // the event below covers it too, and a captured graph's upload carries it).
+  WorkspaceRegion<RowSampling> row_sampling;
+  // CUDA: recorded after each launch's upload of `indices` (after the graph, for a replay, whose
+  // upload is inside it); the next launch waits on it before it rewrites the mirror.
+  StreamEvent indices_copied;
   // Activations (the ops' dtype and memory).
   DeviceArray<std::byte> x, h, qkv, q, attn, tmp, gate_up, act, head_in, logits, logits_f32;
   // The CPU platform's attention inputs in the attention dtype (CUDA reads the activations).
   DeviceArray<std::byte> q_att, k_att, v_att, out_att;
   // Host arrays of the step, in the runner's order unless named otherwise.
-  StepOrder order;
   std::vector<std::int32_t> ids, lens, computed;                 // runner order
   std::vector<std::int32_t> sched_ids, sched_lens, sched_tokens;  // scheduler order
   std::vector<std::vector<std::int32_t>> rows;                    // per KV group
@@ -88,13 +118,13 @@ struct ModelExecutor::Buffers {
   std::vector<ManagerBlockTable> tables;
   StepInput step;
   std::vector<float> logits_host, logits_out, all_host, all_out;
-  // kSampledTokens: each request's RowSampling (runner order) written into a pinned mirror and
-  // uploaded once per step; the tokens in the ops' memory, then on the host.
-  Workspace sampling;
-  WorkspaceRegion<RowSampling> row_sampling;
-  DeviceArray<std::int32_t> sampled;                     // [max_num_reqs], the ops' memory
-  std::vector<std::int32_t> sampled_host, sampled_out;  // runner order, scheduler order
+  DeviceArray<std::int32_t> sampled;  // [max_num_reqs], the ops' memory: the step's device tokens
+  std::vector<std::int32_t> sampled_out;  // scheduler order
+  std::vector<std::int32_t> previous_pos;  // the previous step's runner position of each of its requests
   std::int32_t head_count = 0;  // rows the LM head computes this step
+  // A ring of kMaxInFlight + 1: besides the steps in flight, the slot of the step before the
+  // oldest one keeps the end event that the oldest one's idle time is measured from.
+  std::array<Launched, ModelExecutor::kMaxInFlight + 1> launched;
   // CUDA graphs per padded token count: seen once eagerly, then captured.
   std::map<std::int32_t, CapturedGraph> graphs;
   std::map<std::int32_t, int> seen;
@@ -157,7 +187,15 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
   allocate_buffers();
 }
 
-ModelExecutor::~ModelExecutor() = default;
+// A step may still be in flight (async scheduling leaves one running when Engine::step returns):
+// its kernels and token copy use the buffers freed below, so wait for the stream first.
+ModelExecutor::~ModelExecutor() {
+  if (steps_in_flight() == 0 || !on_cuda(config_)) return;
+  try {
+    synchronize(stream_);
+  } catch (const Error&) {  // a failed device: nothing left to protect, and a destructor must not throw
+  }
+}
 
 std::int32_t ModelExecutor::num_blocks(std::int32_t group) const {
   return runner_->kv_groups().at(static_cast<std::size_t>(group)).geometry.num_manager_blocks;
@@ -200,10 +238,20 @@ void ModelExecutor::allocate_buffers() {
   const std::size_t ids_at = layout.add<std::int32_t>(static_cast<std::size_t>(t));
   const std::size_t pos_at = layout.add<std::int32_t>(static_cast<std::size_t>(t));
   const std::size_t rows_at = layout.add<std::int32_t>(static_cast<std::size_t>(head_rows));
-  b.indices = Workspace(layout, mem, on_cuda(config_) ? pinned_host_memory() : host_memory());
+  const std::size_t src_at = layout.add<std::int32_t>(static_cast<std::size_t>(r));
+  const std::size_t dst_at = layout.add<std::int32_t>(static_cast<std::size_t>(r));
+  const std::size_t sampling_at = layout.add<RowSampling>(static_cast<std::size_t>(r));
+  MemoryResource& pinned = on_cuda(config_) ? pinned_host_memory() : host_memory();
+  b.indices = Workspace(layout, mem, pinned);
   b.token_ids = b.indices.region<std::int32_t>(ids_at, static_cast<std::size_t>(t));
   b.positions = b.indices.region<std::int32_t>(pos_at, static_cast<std::size_t>(t));
   b.head_rows = b.indices.region<std::int32_t>(rows_at, static_cast<std::size_t>(head_rows));
+  b.previous_src = b.indices.region<std::int32_t>(src_at, static_cast<std::size_t>(r));
+  b.previous_dst = b.indices.region<std::int32_t>(dst_at, static_cast<std::size_t>(r));
+  b.row_sampling = b.indices.region<RowSampling>(sampling_at, static_cast<std::size_t>(r));
+  std::fill_n(b.row_sampling.host, r, RowSampling{});
+  std::fill_n(b.previous_src.host, r, 0);
+  std::fill_n(b.previous_dst.host, r, -1);
   std::fill_n(b.token_ids.host, t, 0);  // padding rows: token 0 at position 0
   std::fill_n(b.positions.host, t, 0);
   std::fill_n(b.head_rows.host, head_rows, 0);
@@ -216,13 +264,10 @@ void ModelExecutor::allocate_buffers() {
   }
   b.tables.resize(groups);
   b.logits_host.resize(static_cast<std::size_t>(r * arch_.vocab_size));
-  WorkspaceLayout sampling_layout;
-  const std::size_t sampling_at = sampling_layout.add<RowSampling>(static_cast<std::size_t>(r));
-  b.sampling = Workspace(sampling_layout, mem, on_cuda(config_) ? pinned_host_memory() : host_memory());
-  b.row_sampling = b.sampling.region<RowSampling>(sampling_at, static_cast<std::size_t>(r));
   b.sampled = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(r));
-  b.sampled_host.resize(static_cast<std::size_t>(r));
   b.sampled_out.resize(static_cast<std::size_t>(r));
+  b.previous_pos.resize(static_cast<std::size_t>(r));
+  for (Launched& s : b.launched) s.tokens_host = DeviceArray<std::int32_t>(pinned, static_cast<std::size_t>(r));
   b.logits_out.resize(b.logits_host.size());
   if (config_.all_logits) {
     b.all_host.resize(static_cast<std::size_t>(t * arch_.vocab_size));
@@ -240,9 +285,13 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
     const StepRequest& r = requests[i];
     const std::string where = "requests[" + str(static_cast<std::int64_t>(i)) + "] (id " + str(r.id) + ")";
     ATTNKIT_REQUIRE(!r.tokens.empty(), where + ".tokens", "empty", ">= 1 token");
-    for (std::int32_t t : r.tokens) {
-      ATTNKIT_REQUIRE(t >= 0 && t < arch_.vocab_size, where + ".tokens", str(t),
-                      "[0, vocab_size " + str(arch_.vocab_size) + ")");
+    if (r.previous_token_index != -1) {
+      check_previous_token(r, where);
+    } else {
+      for (std::int32_t t : r.tokens) {
+        ATTNKIT_REQUIRE(t >= 0 && t < arch_.vocab_size, where + ".tokens", str(t),
+                        "[0, vocab_size " + str(arch_.vocab_size) + ")");
+      }
     }
     const std::int64_t seq_len =
         static_cast<std::int64_t>(r.num_computed_tokens) + static_cast<std::int64_t>(r.tokens.size());
@@ -268,9 +317,32 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
                   "<= max_num_tokens " + str(config_.max_num_tokens));
 }
 
+// A token taken from the previous step's device tokens: that step is the last one launched, it
+// produced tokens on the device, and its request at the index is this one.
+void ModelExecutor::check_previous_token(const StepRequest& r, const std::string& where) const {
+  const std::string field = where + ".previous_token_index";
+  const std::int32_t index = r.previous_token_index;
+  ATTNKIT_REQUIRE(index >= 0, field, str(index), "-1 (the host's tokens) or an index of the previous step");
+  ATTNKIT_REQUIRE(launched_ > 0, field, str(index), "-1 (no step was launched before)");
+  const Launched& previous = slot(launched_ - 1);
+  ATTNKIT_REQUIRE(previous.result == StepResult::kSampledTokens, field, str(index),
+                  "-1 (the previous step returned logits, so it left no tokens on the device)");
+  ATTNKIT_REQUIRE(static_cast<std::size_t>(index) < previous.ids.size(), field, str(index),
+                  "[0, " + str(static_cast<std::int64_t>(previous.ids.size())) + ") (the previous step's requests)");
+  ATTNKIT_REQUIRE(previous.ids[static_cast<std::size_t>(index)] == r.id, field, str(index),
+                  "the index of request " + str(r.id) + " in the previous step (it holds request " +
+                      str(previous.ids[static_cast<std::size_t>(index)]) + ")");
+  ATTNKIT_REQUIRE(r.tokens.size() == 1, where + ".tokens", str(static_cast<std::int64_t>(r.tokens.size())) + " tokens",
+                  "1 (a placeholder for the previous step's token)");
+}
+
+ModelExecutor::Launched& ModelExecutor::slot(std::int64_t step) const {
+  return buffers_->launched[static_cast<std::size_t>(step % static_cast<std::int64_t>(buffers_->launched.size()))];
+}
+
 // M3: the step in the runner's order, built from the scheduler's by the order itself: request
 // arrays, block rows, and the token ids and positions that make Q/K/V follow by construction.
-void ModelExecutor::build_step(std::span<const StepRequest> requests) {
+void ModelExecutor::build_step(std::span<const StepRequest> requests, Launched& launched) {
   Buffers& b = *buffers_;
   const std::size_t n = requests.size();
   b.sched_ids.resize(n);
@@ -281,8 +353,9 @@ void ModelExecutor::build_step(std::span<const StepRequest> requests) {
     b.sched_lens[i] = static_cast<std::int32_t>(requests[i].tokens.size());
     b.sched_tokens.insert(b.sched_tokens.end(), requests[i].tokens.begin(), requests[i].tokens.end());
   }
-  runner_->order_requests(b.sched_ids, b.sched_lens, b.order);
-  const StepOrder& order = b.order;
+  runner_->order_requests(b.sched_ids, b.sched_lens, launched.order);
+  launched.ids.assign(b.sched_ids.begin(), b.sched_ids.end());
+  const StepOrder& order = launched.order;
   const std::int32_t tokens = order.num_tokens();
   b.ids.assign(order.request_ids().begin(), order.request_ids().end());
   b.lens.assign(order.query_lens().begin(), order.query_lens().end());
@@ -318,42 +391,140 @@ void ModelExecutor::build_step(std::span<const StepRequest> requests) {
         std::span<const std::int32_t>(b.rows[g]).first(n * static_cast<std::size_t>(b.row_stride[g])), b.row_stride[g]};
   }
   b.step = StepInput{};
-  b.step.order = &b.order;
+  b.step.order = &launched.order;
   b.step.request_ids = b.ids;
   b.step.query_lens = b.lens;
   b.step.num_computed_tokens = b.computed;
   b.step.block_tables = b.tables;
 }
 
-const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, StepResult result) {
+// Async scheduling: the token rows this step takes from the previous step's device tokens, as
+// pairs (row of the previous step's device tokens, token row of this step) in the indices workspace.
+void ModelExecutor::build_previous_tokens(std::span<const StepRequest> requests, const StepOrder& order) {
+  Buffers& b = *buffers_;
+  std::fill_n(b.previous_dst.host, b.previous_dst.capacity, -1);
+  std::size_t count = 0;
+  bool mapped = false;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const StepRequest& r = requests[static_cast<std::size_t>(order.order()[i])];
+    if (r.previous_token_index < 0) continue;
+    if (!mapped) {  // the previous step's token rows are in its runner order
+      const StepOrder& previous = slot(launched_ - 1).order;
+      for (std::int32_t p = 0; p < previous.num_reqs(); ++p) {
+        b.previous_pos[static_cast<std::size_t>(previous.order()[static_cast<std::size_t>(p)])] = p;
+      }
+      mapped = true;
+    }
+    b.previous_src.host[count] = b.previous_pos[static_cast<std::size_t>(r.previous_token_index)];
+    b.previous_dst.host[count] = order.query_start_loc()[i];
+    ++count;
+  }
+}
+
+void ModelExecutor::check_launch(StepResult result) const {
   ATTNKIT_REQUIRE(result == StepResult::kLogits || !config_.all_logits, "execute.result", "kSampledTokens",
                   "kLogits while ExecutorConfig::all_logits is on");
+  ATTNKIT_REQUIRE(steps_in_flight() < kMaxInFlight, "launch", str(steps_in_flight()) + " steps in flight",
+                  "at most " + str(kMaxInFlight) + " (collect one first)");
+  for (std::int64_t k = collected_; k < launched_; ++k) {
+    ATTNKIT_REQUIRE(slot(k).result == StepResult::kSampledTokens, "launch", "a step while a kLogits step is in flight",
+                    "kSampledTokens steps in flight only (a kLogits step's logits are read in place: collect it first)");
+  }
+}
+
+const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, StepResult result) {
+  ATTNKIT_REQUIRE(steps_in_flight() == 0, "execute", str(steps_in_flight()) + " steps in flight",
+                  "none (collect them first)");
+  launch(requests, result);
+  return collect();
+}
+
+void ModelExecutor::launch(std::span<const StepRequest> requests, StepResult result) {
+  check_launch(result);
   check_requests(requests, result);
-  Timer timer(profiling_ && on_cuda(config_), stream_);
-  build_step(requests);
   Buffers& b = *buffers_;
+  const bool cuda = on_cuda(config_);
+  Launched& s = slot(launched_);
+  Timer timer(profiling_ && cuda, stream_);
+  if (cuda) b.indices_copied.wait();  // the previous launch's upload has read the mirror
+  build_step(requests, s);
+  build_previous_tokens(requests, s.order);
+  s.result = result;
+  if (result == StepResult::kSampledTokens) build_sampling(requests, s);
   const auto n = static_cast<std::int32_t>(requests.size());
-  const std::int32_t padded = runner_->shape_for(n, b.order.num_tokens()).num_tokens_padded;
-  output_.graph_replayed = false;
-  if (!run_step_graph(padded)) run_step_eager(padded, timer);
-  if (result == StepResult::kSampledTokens) {
-    finish_sampled_tokens(requests, timer);
+  const std::int32_t padded = runner_->shape_for(n, s.order.num_tokens()).num_tokens_padded;
+  if (cuda) s.start.record(stream_);
+  s.graph_replayed = run_step_graph(padded);
+  if (!s.graph_replayed) run_step_eager(padded, timer);
+  enqueue_result(s, timer);
+  s.graph_mode = runner_->graph_mode();
+  s.cascade_prefix_len = runner_->cascade_prefix_len();
+  s.times = timer.finish();
+  ++launched_;
+}
+
+// The oldest launched step's result; the step counts as collected even when its tokens are refused.
+const StepOutput& ModelExecutor::collect() {
+  ATTNKIT_REQUIRE(steps_in_flight() > 0, "collect", "no step in flight", "a launched step not yet collected");
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const std::int64_t k = collected_++;
+  const Launched& s = slot(k);
+  if (s.result == StepResult::kSampledTokens) {
+    finish_sampled_tokens(s);
   } else {
-    finish_logits();
+    finish_logits(s.order);
     output_.sampled_tokens = {};
   }
-  output_.num_reqs = n;
-  output_.num_tokens = b.order.num_tokens();
+  output_.num_reqs = s.order.num_reqs();
+  output_.num_tokens = s.order.num_tokens();
   output_.vocab_size = arch_.vocab_size;
-  output_.graph_mode = runner_->graph_mode();
-  output_.cascade_prefix_len = runner_->cascade_prefix_len();
-  output_.times = timer.finish();
+  output_.graph_mode = s.graph_mode;
+  output_.graph_replayed = s.graph_replayed;
+  output_.cascade_prefix_len = s.cascade_prefix_len;
+  output_.times = s.times;
+  output_.times.total += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  output_.device_idle_before_us = k > 0 ? StreamEvent::elapsed_us(slot(k - 1).end, s.start) : -1.0;
   return output_;
+}
+
+// kSampledTokens: each request's RowSampling (build_sampling, uploaded with the step's index
+// arrays) and one token per request row chosen on the step's platform (the argmax alone when every
+// request is greedy), then the token ids into the step's own host slot (asynchronous on CUDA) and
+// the event collect waits for. kLogits leaves the logits on the device (collect copies them: no
+// step may be launched beside it).
+void ModelExecutor::enqueue_result(Launched& s, Timer& timer) {
+  Buffers& b = *buffers_;
+  if (s.result == StepResult::kSampledTokens) {
+    const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, s.order.num_reqs(), arch_.vocab_size);
+    if (s.all_greedy) {
+      ops_->argmax_rows(logits, b.sampled.data(), stream_);
+    } else {
+      ops_->sample_rows(logits, b.row_sampling.device, b.sampled.data(), stream_);
+    }
+    timer.lap(&StepTimes::other);
+    ops_->memory().copy_to_host_async(s.tokens_host.data(), b.sampled.data(),
+                                      static_cast<std::size_t>(s.order.num_reqs()) * sizeof(std::int32_t), stream_);
+  }
+  if (on_cuda(config_)) s.end.record(stream_);
+}
+
+// kSampledTokens: each request's sampling parameters and counter in the runner's order, in the
+// index arrays' mirror (before their upload).
+void ModelExecutor::build_sampling(std::span<const StepRequest> requests, Launched& s) {
+  Buffers& b = *buffers_;
+  s.all_greedy = true;
+  for (std::int32_t i = 0; i < s.order.num_reqs(); ++i) {
+    const StepRequest& r = requests[static_cast<std::size_t>(s.order.order()[static_cast<std::size_t>(i)])];
+    b.row_sampling.host[i] = row_sampling(r.sampling, r.sample_counter);
+    s.all_greedy = s.all_greedy && r.sampling.greedy();
+  }
 }
 
 void ModelExecutor::run_step_eager(std::int32_t padded, Timer& timer) {
   Buffers& b = *buffers_;
   b.indices.upload(b.indices.bytes(), stream_);
+  if (on_cuda(config_)) b.indices_copied.record(stream_);
   runner_->prepare_step(b.step, stream_);
   timer.lap(&StepTimes::prepare_step);
   run_forward(padded, timer);
@@ -381,8 +552,8 @@ bool ModelExecutor::run_step_graph(std::int32_t padded) {
   }
   runner_->plan_step(b.step);
   graph.launch(stream_);
+  b.indices_copied.record(stream_);  // the graph's upload of the mirror: known done only after it
   runner_->plan_consumed(stream_);
-  output_.graph_replayed = true;
   return true;
 }
 
@@ -392,6 +563,10 @@ void ModelExecutor::run_forward(std::int32_t rows, Timer& timer) {
   const DType act = ops.activation_dtype();
   const std::int64_t h = arch_.hidden_size;
   const ActMat x = mat(b.x.data(), act, rows, h), hn = mat(b.h.data(), act, rows, h);
+  // Tokens the previous step produced on the device (async scheduling), before they are embedded;
+  // every step (and so every captured graph) scatters all entries, the unused ones padding.
+  ops.scatter_tokens(b.sampled.data(), b.previous_src.device, b.previous_dst.device,
+                     static_cast<std::int64_t>(b.previous_dst.capacity), b.token_ids.device, stream_);
   ops.embed(b.token_ids.device, rows, weights_.embedding, static_cast<float>(arch_.embedding_scale), x, stream_);
   ops.rms_norm(x, weights_.layers.front().input_norm, hn, stream_);
   timer.lap(&StepTimes::other);
@@ -492,9 +667,8 @@ void ModelExecutor::run_head(std::int32_t rows, Timer& timer) {
 }
 
 // The one device-to-host copy of the step, then the rows back into the scheduler's order.
-void ModelExecutor::finish_logits() {
+void ModelExecutor::finish_logits(const StepOrder& order) {
   Buffers& b = *buffers_;
-  const StepOrder& order = b.order;
   const auto vocab = static_cast<std::size_t>(arch_.vocab_size);
   const auto n = static_cast<std::size_t>(order.num_reqs());
   wait_for(config_, stream_);
@@ -527,34 +701,20 @@ void ModelExecutor::finish_logits() {
   output_.logits = std::span<const float>(b.logits_out).first(n * vocab);
 }
 
-// Sampling on the step's platform: each request's row of parameters (runner order) uploaded, one
-// token per request row chosen there (the argmax alone when every request is greedy), then n token
-// ids to the host (the step's one device-to-host copy) and back into the scheduler's order.
-void ModelExecutor::finish_sampled_tokens(std::span<const StepRequest> requests, Timer& timer) {
+// The tokens sampled on the step's platform (enqueue_result): the n token ids its copy brought to
+// the host (the step's one device-to-host copy; the only wait is for it), back into the scheduler's
+// order.
+void ModelExecutor::finish_sampled_tokens(const Launched& s) {
   Buffers& b = *buffers_;
-  const StepOrder& order = b.order;
+  const StepOrder& order = s.order;
   const auto n = static_cast<std::size_t>(order.num_reqs());
-  bool all_greedy = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    const StepRequest& r = requests[static_cast<std::size_t>(order.order()[i])];
-    b.row_sampling.host[i] = row_sampling(r.sampling, r.sample_counter);
-    all_greedy = all_greedy && r.sampling.greedy();
-  }
-  const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, static_cast<std::int64_t>(n), arch_.vocab_size);
-  if (all_greedy) {
-    ops_->argmax_rows(logits, b.sampled.data(), stream_);
-  } else {
-    b.sampling.upload(b.row_sampling.end_bytes(n), stream_);
-    ops_->sample_rows(logits, b.row_sampling.device, b.sampled.data(), stream_);
-  }
-  timer.lap(&StepTimes::other);
-  wait_for(config_, stream_);
-  ops_->memory().copy_to_host(b.sampled_host.data(), b.sampled.data(), n * sizeof(std::int32_t));
+  if (on_cuda(config_)) s.end.wait();
+  const std::int32_t* tokens = s.tokens_host.data();
   for (std::size_t i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(order.order()[i]);
-    ATTNKIT_REQUIRE(b.sampled_host[i] >= 0, "logits of request " + std::to_string(requests[r].id), "a non-finite value",
+    ATTNKIT_REQUIRE(tokens[i] >= 0, "logits of request " + std::to_string(s.ids[r]), "a non-finite value",
                     "finite values", "the model produced a non-finite logit");
-    b.sampled_out[r] = b.sampled_host[i];
+    b.sampled_out[r] = tokens[i];
   }
   output_.sampled_tokens = std::span<const std::int32_t>(b.sampled_out).first(n);
   output_.logits = {};

@@ -5,10 +5,15 @@
 // layer id, output product, MLP; then the final norm and the LM head on each request's last token.
 //
 // Hot path (execute): no allocation in steady state, everything on the executor's stream, one
-// device-to-host copy per step: the logits (StepResult::kLogits) or, sampled on the step's
-// platform, each request's token id (kSampledTokens). On CUDA a step whose padded shape has a capture size
-// and whose graph mode is full runs as one CUDA graph of the whole forward (captured the second
-// time that shape is seen, after an eager warm-up of the first).
+// device-to-host copy per step: the logits (StepResult::kLogits) or, sampled on the step's platform,
+// each request's token id (kSampledTokens). On CUDA a step whose padded
+// shape has a capture size and whose graph mode is full runs as one CUDA graph of the whole forward
+// (captured the second time that shape is seen, after an eager warm-up of the first).
+//
+// Async scheduling: execute is launch + collect. launch enqueues a whole step and returns while the
+// GPU runs it; the host may then schedule and launch the next step before it collects this one. A
+// request of the next step may take its new token from this step's device tokens
+// (StepRequest::previous_token_index), so no token has to reach the host before the next launch.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +66,12 @@ struct StepRequest {
   // Per KV-cache group (ModelExecutor::kv_groups order): the request's block ids, at least
   // ceil((num_computed_tokens + tokens.size()) / block_size) of them.
   std::span<const std::span<const std::int32_t>> blocks;
+  // -1: `tokens` are the host's. Otherwise this step's one new token is the token the previously
+  // launched step produced on the device for its request at this index (the scheduler's order of
+  // that step, which must have had a token result and the same request id); `tokens` then holds
+  // one placeholder, which is never read. The token is copied on the device (async scheduling:
+  // the host need not wait for it).
+  std::int32_t previous_token_index = -1;
   // kSampledTokens: how this request's next token is chosen, and the counter of the sampling
   // definition (the index of that token among the request's generated tokens, i.e. how many it
   // generated before), so that the token depends on the request alone, never on the batch.
@@ -75,7 +86,7 @@ struct StepTimes {
   double attention = 0;     // every layer's KV update and attention (unified_attention)
   double gemm = 0;          // the matrix products, the LM head included
   double other = 0;         // norms, RoPE, activation, embedding, gathers, sampling (kSampledTokens)
-  double total = 0;
+  double total = 0;         // the host's time in launch and in collect (its wait for the result included)
 };
 
 struct StepOutput {
@@ -89,6 +100,10 @@ struct StepOutput {
   GraphMode graph_mode = GraphMode::kEager;
   bool graph_replayed = false;         // the step ran as a replay of a captured CUDA graph
   std::int32_t cascade_prefix_len = 0;  // B4: keys some attention group read once for all (0: none)
+  // CUDA: microseconds the GPU sat idle between the end of the previously launched step's work
+  // and the start of this step's (timing events around each step); -1 where not measured (the CPU
+  // platform, the first step).
+  double device_idle_before_us = -1;
 };
 
 class ModelExecutor {
@@ -112,18 +127,36 @@ class ModelExecutor {
   // Time each step's parts (CUDA: events and a synchronization per part; off by default there).
   void set_profiling(bool on) { profiling_ = on; }
 
-  // One step (hot path). Throws Error for a bad request (naming it and the field, its sampling
-  // parameters included with kSampledTokens) before any state changes; the runner's own checks
-  // follow. kSampledTokens needs all_logits off; a non-finite logit in a request's row is an Error
-  // naming the request (never a silent token).
+  // One step (hot path): launch + collect, with no other step in flight. Throws Error for a bad
+  // request (naming it and the field, its sampling parameters included with kSampledTokens) before
+  // any state changes; the runner's own checks follow. kSampledTokens needs all_logits off; a non-finite logit in a request's row is an Error naming the
+  // request (never a silent token).
   const StepOutput& execute(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
+  // Async scheduling, the two halves of execute. launch checks the requests as execute does,
+  // enqueues the whole step (uploads, prepare_step, the forward or a graph replay and, for
+  // kSampledTokens, the sampling and an asynchronous copy of the token ids to the host) and returns;
+  // the requests' storage may change once it returns. At most kMaxInFlight steps are launched and
+  // not collected, and a step is launched beside another only when that one is kSampledTokens
+  // (a kLogits step's logits are read in place by its collect). collect waits for the oldest such
+  // step's result (its token copy only, for kSampledTokens) and returns it; the output stays valid
+  // until the next collect or execute.
+  static constexpr std::int32_t kMaxInFlight = 2;
+  void launch(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
+  const StepOutput& collect();
+  // Steps launched and not collected.
+  std::int32_t steps_in_flight() const { return static_cast<std::int32_t>(launched_ - collected_); }
 
  private:
   struct Buffers;
+  struct Launched;
   class Timer;
   void allocate_buffers();
+  Launched& slot(std::int64_t step) const;
+  void check_launch(StepResult result) const;
   void check_requests(std::span<const StepRequest> requests, StepResult result) const;
-  void build_step(std::span<const StepRequest> requests);
+  void check_previous_token(const StepRequest& r, const std::string& where) const;
+  void build_step(std::span<const StepRequest> requests, Launched& step);
+  void build_previous_tokens(std::span<const StepRequest> requests, const StepOrder& order);
   void run_forward(std::int32_t padded_tokens, Timer& timer);
   void run_layer(std::size_t layer, std::int32_t rows, Timer& timer);
   void run_attention(std::size_t layer, std::int32_t rows, const ActMat& q, const ActMat& k, const ActMat& v,
@@ -131,8 +164,10 @@ class ModelExecutor {
   void run_head(std::int32_t rows, Timer& timer);
   void run_step_eager(std::int32_t padded_tokens, Timer& timer);
   bool run_step_graph(std::int32_t padded_tokens);
-  void finish_logits();
-  void finish_sampled_tokens(std::span<const StepRequest> requests, Timer& timer);
+  void build_sampling(std::span<const StepRequest> requests, Launched& step);
+  void enqueue_result(Launched& step, Timer& timer);
+  void finish_logits(const StepOrder& order);
+  void finish_sampled_tokens(const Launched& step);
 
   ModelArch arch_;
   ExecutorConfig config_;
@@ -146,6 +181,7 @@ class ModelExecutor {
   Stream stream_;
   bool profiling_ = false;
   StepOutput output_;
+  std::int64_t launched_ = 0, collected_ = 0;  // steps so far
 };
 
 // The runner's layer specs of a model (one per decoder layer, named "<prefix>layers.<i>.self_attn"):

@@ -295,6 +295,17 @@ void launch_gather_typed(const GatherRowsParams& p, cudaStream_t stream) {
       p, units, p.x_ld * p.element_bytes / unit, p.out_ld * p.element_bytes / unit);
 }
 
+// ---- scatter_tokens ----------------------------------------------------------------------------
+
+constexpr int kScatterThreads = 256;
+
+__global__ void __launch_bounds__(kScatterThreads) scatter_tokens_kernel(const __grid_constant__ ScatterTokensParams p) {
+  for (std::int64_t i = threadIdx.x; i < p.n; i += blockDim.x) {
+    const std::int32_t d = p.dst[i];
+    if (d >= 0) p.ids[d] = p.tokens[p.src[i]];
+  }
+}
+
 // ---- soft_cap, add -------------------------------------------------------------------------------
 
 template <int kVec>
@@ -694,6 +705,16 @@ LaunchStatus launch_gather_rows(const GatherRowsParams& p, void* stream) {
   } else {
     launch_gather_typed<std::uint8_t>(p, s);
   }
+  return launched(kName);
+}
+
+LaunchStatus launch_scatter_tokens(const ScatterTokensParams& p, void* stream) {
+  constexpr const char* kName = "scatter_tokens";
+  if (p.n < 0) return invalid(kName);
+  if (p.n == 0) return {0, kName};
+  if (p.tokens == nullptr || p.src == nullptr || p.dst == nullptr || p.ids == nullptr) return invalid(kName);
+  // One block: n is a step's request count (hundreds at most), and the step's embedding waits on it.
+  scatter_tokens_kernel<<<1, kScatterThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   return launched(kName);
 }
 

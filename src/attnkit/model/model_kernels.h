@@ -122,6 +122,18 @@ struct GatherRowsParams {
 };
 LaunchStatus launch_gather_rows(const GatherRowsParams& params, void* stream);
 
+// ids[dst[i]] = tokens[src[i]] where dst[i] >= 0 (the rest is padding): the token ids a step takes
+// from the previous step's device tokens (async scheduling). One small block; graph-capturable (n
+// fixed per captured shape, the arrays at fixed addresses).
+struct ScatterTokensParams {
+  const std::int32_t* tokens = nullptr;  // device
+  const std::int32_t* src = nullptr;     // [n], device
+  const std::int32_t* dst = nullptr;     // [n], device
+  std::int64_t n = 0;
+  std::int32_t* ids = nullptr;  // device
+};
+LaunchStatus launch_scatter_tokens(const ScatterTokensParams& params, void* stream);
+
 // Elementwise kernels over [rows, cols] views.
 struct SoftCapParams {
   void* x = nullptr;  // bf16, in place

@@ -256,6 +256,16 @@ void OpChecks::gather_rows(const ActMat& x, const std::int32_t* rows, std::int64
   require_disjoint("gather_rows", "out", out, "x", x);
 }
 
+void OpChecks::scatter_tokens(const std::int32_t* tokens, const std::int32_t* src, const std::int32_t* dst,
+                              std::int64_t n, const std::int32_t* ids) const {
+  ATTNKIT_REQUIRE(n >= 0, "scatter_tokens.n", std::to_string(n), ">= 0");
+  require_index_array("scatter_tokens", "src", src, n);
+  require_index_array("scatter_tokens", "dst", dst, n);
+  ATTNKIT_REQUIRE(n == 0 || (tokens != nullptr && ids != nullptr), "scatter_tokens.tokens/ids", "nullptr",
+                  "int32 arrays in the ops' memory");
+  ATTNKIT_REQUIRE(n == 0 || tokens != ids, "scatter_tokens.ids", "the tokens array", "an array of its own");
+}
+
 void OpChecks::soft_cap(const ActMat& x, float cap) const {
   require_activation("soft_cap", "x", x);
   ATTNKIT_REQUIRE(std::isfinite(cap) && cap > 0.0f, "soft_cap.cap", std::to_string(cap), "a finite value > 0");

@@ -46,6 +46,8 @@ class OpChecks {
   void embed(const std::int32_t* ids, std::int64_t count, const WeightView& table, float scale,
              const ActMat& out) const;
   void gather_rows(const ActMat& x, const std::int32_t* rows, std::int64_t n, const ActMat& out) const;
+  void scatter_tokens(const std::int32_t* tokens, const std::int32_t* src, const std::int32_t* dst, std::int64_t n,
+                      const std::int32_t* ids) const;
   void soft_cap(const ActMat& x, float cap) const;
   void convert(const ActMat& in, const ActMat& out) const;
   void argmax_rows(const ActMat& x, const std::int32_t* out) const;

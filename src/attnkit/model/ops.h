@@ -109,6 +109,13 @@ class ModelOps {
   // out [n, cols] = x[rows[i]] (rows: int32 [n], the ops' memory).
   virtual void gather_rows(const ActMat& x, const std::int32_t* rows, std::int64_t n, const ActMat& out,
                            Stream stream) = 0;
+  // ids[dst[i]] = tokens[src[i]] for each i in [0, n) with dst[i] >= 0; entries with dst[i] < 0 are
+  // padding (a captured step scatters a fixed n). Async scheduling: a step's input tokens that the
+  // previous step produced on the device (`tokens`, its per-request token ids) and the host has
+  // not seen. The caller keeps src in [0, tokens' size) and dst in [0, ids' size). All int32 arrays
+  // in the ops' memory; tokens and ids must not overlap.
+  virtual void scatter_tokens(const std::int32_t* tokens, const std::int32_t* src, const std::int32_t* dst,
+                              std::int64_t n, std::int32_t* ids, Stream stream) = 0;
   // x = cap * tanh(x / cap), in place (Gemma-2's final logits).
   virtual void soft_cap(const ActMat& x, float cap, Stream stream) = 0;
   // out = in, converted between dtypes (e.g. fp32 activations to the fp16 attention dtype on the

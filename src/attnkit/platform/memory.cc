@@ -12,6 +12,11 @@
 
 namespace attnkit {
 
+void MemoryResource::copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream stream) {
+  if (space() != MemorySpace::kHost) synchronize(stream);
+  copy_to_host(dst, src, bytes);
+}
+
 namespace {
 
 constexpr std::size_t kAlignment = 256;
@@ -30,6 +35,9 @@ class HostCopies : public MemoryResource {
     if (bytes && dst != src) std::memcpy(dst, src, bytes);
   }
   void copy_from_host_async(void* dst, const void* src, std::size_t bytes, Stream) override {
+    if (bytes && dst != src) std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream) override {
     if (bytes && dst != src) std::memcpy(dst, src, bytes);
   }
 };
@@ -69,6 +77,11 @@ class CudaDeviceMemory final : public MemoryResource {
   void copy_from_host_async(void* dst, const void* src, std::size_t bytes, Stream stream) override {
     if (!bytes) return;
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream.handle)),
+               "cudaMemcpyAsync", bytes);
+  }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream stream) override {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream.handle)),
                "cudaMemcpyAsync", bytes);
   }
 };

@@ -29,6 +29,11 @@ class MemoryResource {
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   // Per step: host (pinned) -> this memory, enqueued on `stream`, never synchronizing.
   virtual void copy_from_host_async(void* dst, const void* src, std::size_t bytes, Stream stream) = 0;
+  // Per step: this memory -> host (pinned), enqueued on `stream` after the work already there; the
+  // host may read `dst` once that work has run (an event recorded after this call). The default,
+  // for resources that do not override it, is correct but synchronous: host memory is copied at
+  // once (its work is done when its calls return), other memory after the stream has run.
+  virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream stream);
 };
 
 // Pageable host memory (the CPU platform's "device" memory).

@@ -40,7 +40,8 @@ StreamEvent::~StreamEvent() {
 void StreamEvent::record(Stream stream) {
   if (!event_) {
     cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&e, timing_ ? cudaEventDefault : cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
     event_ = e;
   }
   check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream.handle)),
@@ -50,6 +51,14 @@ void StreamEvent::record(Stream stream) {
 
 void StreamEvent::wait() const {
   if (recorded_) check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+}
+
+double StreamEvent::elapsed_us(const StreamEvent& from, const StreamEvent& to) {
+  if (!from.timing_ || !to.timing_ || !from.recorded_ || !to.recorded_) return -1.0;
+  float ms = 0.0f;
+  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.event_), static_cast<cudaEvent_t>(to.event_)),
+             "cudaEventElapsedTime");
+  return static_cast<double>(ms) * 1e3;
 }
 
 OwnedStream::OwnedStream(bool cuda) {
@@ -111,6 +120,7 @@ void synchronize(Stream) {}
 StreamEvent::~StreamEvent() = default;
 void StreamEvent::record(Stream) { recorded_ = true; }
 void StreamEvent::wait() const {}
+double StreamEvent::elapsed_us(const StreamEvent&, const StreamEvent&) { return -1.0; }
 #endif
 
 OwnedStream::OwnedStream(OwnedStream&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }

@@ -23,6 +23,9 @@ void synchronize(Stream stream);
 class StreamEvent {
  public:
   StreamEvent() = default;
+  // timing: the event also keeps the time it ran, for elapsed_us (CUDA records such an event at a
+  // little more cost, so only events that are measured ask for it).
+  explicit StreamEvent(bool timing) : timing_(timing) {}
   ~StreamEvent();
   StreamEvent(const StreamEvent&) = delete;
   StreamEvent& operator=(const StreamEvent&) = delete;
@@ -31,10 +34,15 @@ class StreamEvent {
   // Blocks the host until the recorded work has run; returns at once if never recorded. Not
   // legal while a capture is in progress: callers skip it then.
   void wait() const;
+  // Microseconds from `from` to `to`, two timing events recorded on one stream whose work has run
+  // (wait() on the later one first); -1 when either is not a recorded timing event (the CPU
+  // platform records none, and a build without CUDA measures nothing).
+  static double elapsed_us(const StreamEvent& from, const StreamEvent& to);
 
  private:
   void* event_ = nullptr;  // cudaEvent_t
   bool recorded_ = false;
+  bool timing_ = false;
 };
 
 // A stream of the caller's own (CUDA: non-blocking, so the legacy stream never orders it; captures
