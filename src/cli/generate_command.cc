@@ -218,7 +218,13 @@ Generation generate_batch(ModelExecutor& ex, const std::vector<std::vector<std::
       const std::size_t i = live[j];
       tokens[j] = computed[i] == 0 ? prompts[i] : std::vector<std::int32_t>{g.tokens[i].back()};
       rows[j] = blocks.grow(i, computed[i] + static_cast<std::int32_t>(tokens[j].size()));
-      reqs[j] = {static_cast<std::int32_t>(i), tokens[j], computed[i], rows[j], per_request[i], g.tokens[i].size()};
+      StepRequest& r = reqs[j];
+      r.id = static_cast<std::int32_t>(i);
+      r.tokens = tokens[j];
+      r.num_computed_tokens = computed[i];
+      r.blocks = rows[j];
+      r.sampling = per_request[i];
+      r.sample_counter = g.tokens[i].size();
     }
     const StepOutput& out = ex.execute(reqs, logits_file ? StepResult::kLogits : StepResult::kSampledTokens);
     g.steps.push_back({out.num_reqs, out.num_tokens, out.times, out.graph_replayed});
