@@ -58,8 +58,8 @@ TEST(Engine, PrefixCachingOnAndOffGiveTheSameTokensAndSharedPromptsHit) {
 }
 
 // B4 in use: requests that share a long system prompt share its cached pages, so a backend whose
-// cost rule likes it reads that prefix once for all (REFERENCE's heuristic: a prefix of 256 tokens or
-// more shared by 8 requests or more);
+// cost rule likes it reads that prefix once for all (REFERENCE's and GPU_REFERENCE's heuristic: a
+// prefix of 256 tokens or more shared by 8 requests or more);
 // the engine reports those steps, and the tokens equal a run where nothing is shared.
 TEST(Engine, SharedSystemPromptEngagesTheCascadeAndChangesNoToken) {
   const std::string model = tiny_model(ModelFamily::kLlama);
@@ -74,7 +74,8 @@ TEST(Engine, SharedSystemPromptEngagesTheCascadeAndChangesNoToken) {
   }
   EngineConfig shared = small_engine(/*blocks=*/200), separate = small_engine(/*blocks=*/200);
   for (EngineConfig* c : {&shared, &separate}) {
-    c->executor.backend = "REFERENCE";
+    // The references declare the cascade on each platform (CPU: REFERENCE, CUDA: GPU_REFERENCE).
+    c->executor.backend = test_platform().kind == PlatformKind::kCuda ? "GPU_REFERENCE" : "REFERENCE";
     c->executor.max_model_len = 320;
     c->executor.max_num_tokens = 512;
     c->executor.max_num_reqs = 8;
