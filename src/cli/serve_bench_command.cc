@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -226,7 +227,7 @@ void print_run(const ServeBenchRun& run) {
             << r.request_throughput << " req/s, " << r.output_throughput << " output tok/s; TTFT p50 "
             << r.ttft_ms.p50 << " ms, ITL p50/p99 " << r.itl_ms.p50 << "/" << r.itl_ms.p99 << " ms; prefix hit "
             << 100 * r.totals.prefix_hit_rate() << "%, " << r.totals.preemptions << " preemptions, " << r.totals.steps
-            << " steps\n";
+            << " steps" << std::endl;  // flushed: a run stopped later keeps this line
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -244,18 +245,24 @@ void run_serve_bench_command(const ServeBenchFlags& f) {
   const bool bar = !f.no_progress && isatty(STDERR_FILENO);
   std::vector<ServeBenchRun> runs;
   ServeBenchConditions conditions;
+  const std::filesystem::path dir(f.out);
   for (const Trace& trace : traces) {
+    const auto start = std::chrono::steady_clock::now();
     Engine engine(model, config);  // a fresh engine per run (see the top of the file)
+    // The engine's start (weights to the device, the KV cache) is not part of the run's figures:
+    // said on stderr so that a slow start is told apart from a slow run.
+    std::cerr << "serve-bench: engine started in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
     if (runs.empty()) conditions = conditions_of(f, engine, model);
     ServeBenchOptions options;
     options.warmup_requests = f.warmup_requests;
     if (bar) options.progress = progress_bar(trace.config.arrival.describe());
     runs.push_back({trace.config, run_serve_bench(engine, trace, options)});
     print_run(runs.back());
+    // Rewritten after every run, so that the runs done so far survive a later one that is stopped.
+    write_file(dir / "serve_bench.json", serve_bench_json(conditions, runs));
+    write_file(dir / "serve_bench.md", serve_bench_markdown(conditions, runs));
   }
-  const std::filesystem::path dir(f.out);
-  write_file(dir / "serve_bench.json", serve_bench_json(conditions, runs));
-  write_file(dir / "serve_bench.md", serve_bench_markdown(conditions, runs));
   std::cout << "wrote " << (dir / "serve_bench.json").string() << ", " << (dir / "serve_bench.md").string() << "\n";
 }
 
