@@ -8,7 +8,8 @@
 #           against transformers on every CUDA backend, eager and graph) in what is left of
 #           MODELS_BUDGET (default 420 s from the start of the call).
 #   engine  scripts/device_engine.sh with PARTS (default "decode sweep"): the 8B decode steps
-#           against the floor, then the ShareGPT-like concurrency sweep.
+#           against the floor (VARLEN, context 1024 unless DECODE_BACKENDS / DECODE_CONTEXTS say
+#           more), then the ShareGPT-like sweep at concurrency 16 and 64.
 #   serve   scripts/device_engine.sh PARTS="sweep prefix peer" trimmed to fit: the prefix-caching
 #           runs on and off and the transformers peer (the peer needs the sweep's request lengths).
 # Everything lands in $OUT: issue34_<call>.log (all output) and each part's own files.
@@ -48,7 +49,13 @@ case "$call" in
     [[ -f "$out/models/summary.md" ]] && cat "$out/models/summary.md"
     ;;
   engine)
-    OUT="$out" PARTS="${PARTS:-decode sweep}" bash scripts/device_engine.sh || status=1
+    # The first 8B runs (2026-12-06, H100) did not finish in 150 s each with nothing written, so
+    # this call starts small (VARLEN, context 1024) and gives each run most of the call; widen with
+    # DECODE_BACKENDS / DECODE_CONTEXTS once a run's time (serve-bench prints its engine's start
+    # time and each finished run) is known.
+    OUT="$out" PARTS="${PARTS:-decode sweep}" DECODE_BACKENDS="${DECODE_BACKENDS:-VARLEN}" \
+      DECODE_CONTEXTS="${DECODE_CONTEXTS:-1024}" CONCURRENCY="${CONCURRENCY:-16,64}" NUM_REQUESTS="${NUM_REQUESTS:-64,256}" \
+      RUN_TIMEOUT="${RUN_TIMEOUT:-270}" bash scripts/device_engine.sh || status=1
     ;;
   serve)
     OUT="$out" PARTS="${PARTS:-sweep prefix peer}" CONCURRENCY="${CONCURRENCY:-64}" NUM_REQUESTS="${NUM_REQUESTS:-256}" \
