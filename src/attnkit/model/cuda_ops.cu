@@ -40,9 +40,9 @@ class CudaModelOps final : public ModelOps {
 
   WeightView load_weight(std::span<const HostTensorRef> parts) override {
     const StackedShape shape = check_weight_parts(parts);
-    std::vector<float> values(static_cast<std::size_t>(shape.rows * shape.cols));
-    parts_to_float(parts, values.data());
-    const void* data = upload(to_bf16(values));
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(shape.rows * shape.cols));
+    parts_to_bf16(parts, bits.data());
+    const void* data = upload(bits);
     const WeightView w{data, kBf16, shape.rows, shape.cols};
     checks_.add_weight(w);
     return w;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "attnkit/core/dtype.h"
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -53,6 +54,18 @@ void parts_to_float(std::span<const HostTensorRef> parts, float* out) {
       std::memcpy(out, part.data, static_cast<std::size_t>(n) * sizeof(float));
     } else {
       for (std::int64_t i = 0; i < n; ++i) out[i] = load_float(part.data, i, part.dtype);
+    }
+    out += n;
+  }
+}
+
+void parts_to_bf16(std::span<const HostTensorRef> parts, std::uint16_t* out) {
+  for (const HostTensorRef& part : parts) {
+    const std::int64_t n = part.rows * part.cols;
+    if (part.dtype == DType::kBFloat16) {
+      std::memcpy(out, part.data, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_bfloat16(load_float(part.data, i, part.dtype));
     }
     out += n;
   }

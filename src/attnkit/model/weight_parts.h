@@ -25,5 +25,10 @@ std::int64_t check_vector_parts(std::span<const HostTensorRef> parts);
 
 // Every element of every part, in order, as float32 into `out` (which holds them all).
 void parts_to_float(std::span<const HostTensorRef> parts, float* out);
+// Every element of every part, in order, as bfloat16 bits into `out` (which holds them all):
+// float32 and float16 rounded to nearest even, bfloat16 parts copied as they are. The same bits as
+// float_to_bfloat16 of parts_to_float's values (NaN payloads aside), without the float32 copy:
+// an 8B model's start-up converts 8e9 elements.
+void parts_to_bf16(std::span<const HostTensorRef> parts, std::uint16_t* out);
 
 }  // namespace attnkit
