@@ -1,9 +1,11 @@
 // `attnkit serve-bench`: a synthetic trace through the serving engine (engine/serve_bench.h), one
 // run per request rate or concurrency of a sweep; writes serve_bench.json and serve_bench.md.
 //
-// Each run gets an engine of its own: reusing one would keep the previous run's prefix cache (the
-// same seed gives every run the same prompts, so a reused cache would turn whole prompts into hits)
-// and its captured graphs, and the engine has no way to drop them. The model is loaded once.
+// The runs share one engine (its start, weights to the device and the KV cache, is paid once: tens
+// of seconds for an 8B model), its prefix cache emptied before each run (the same seed gives every
+// run the same prompts, so a kept cache would turn whole prompts into hits). Its captured CUDA
+// graphs stay, so a later run does not capture the shapes an earlier one did; each run's warm-up
+// requests come first either way.
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,16 +246,16 @@ void run_serve_bench_command(const ServeBenchFlags& f) {
   std::filesystem::create_directories(f.out);
   const bool bar = !f.no_progress && isatty(STDERR_FILENO);
   std::vector<ServeBenchRun> runs;
-  ServeBenchConditions conditions;
   const std::filesystem::path dir(f.out);
+  const auto start = std::chrono::steady_clock::now();
+  Engine engine(model, config);  // one for every run (see the top of the file)
+  // The engine's start (weights to the device, the KV cache) is not part of any run's figures:
+  // said on stderr so that a slow start is told apart from a slow run.
+  std::cerr << "serve-bench: engine started in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
+  const ServeBenchConditions conditions = conditions_of(f, engine, model);
   for (const Trace& trace : traces) {
-    const auto start = std::chrono::steady_clock::now();
-    Engine engine(model, config);  // a fresh engine per run (see the top of the file)
-    // The engine's start (weights to the device, the KV cache) is not part of the run's figures:
-    // said on stderr so that a slow start is told apart from a slow run.
-    std::cerr << "serve-bench: engine started in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
-    if (runs.empty()) conditions = conditions_of(f, engine, model);
+    engine.reset_prefix_cache();  // nothing an earlier run left is a hit
     ServeBenchOptions options;
     options.warmup_requests = f.warmup_requests;
     if (bar) options.progress = progress_bar(trace.config.arrival.describe());

@@ -13,6 +13,7 @@
 #include "attnkit/core/error.h"
 #include "attnkit/engine/engine.h"
 #include "engine/engine_fixtures.h"
+#include "support/error_field.h"
 
 namespace attnkit {
 namespace {
@@ -55,6 +56,28 @@ TEST(Engine, PrefixCachingOnAndOffGiveTheSameTokensAndSharedPromptsHit) {
   EXPECT_EQ(a, b);
   EXPECT_GT(hits.prefix_hit_tokens, 0) << "the later requests share the first 40 tokens";
   EXPECT_EQ(hits.prefix_hit_tokens % 16, 0) << "whole blocks only";
+}
+
+// reset_prefix_cache: the same prompts again hit nothing, and it is refused while a request runs.
+TEST(Engine, ResetPrefixCacheMakesTheSamePromptsMissAndNeedsAnIdleEngine) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  const std::vector<RequestSpec> specs{greedy(prompt_of(31, 40, vocab), 4), greedy(prompt_of(32, 36, vocab), 4)};
+  Engine engine(load_model(model), small_engine());
+  EngineTotals first, again, after_reset;
+  const auto a = run(engine, specs, {0, 0}, &first);
+  const auto b = run(engine, specs, {0, 0}, &again);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(again.prefix_hit_tokens, 0) << "the cache still holds the first run's prompts";
+  EXPECT_GT(engine.reset_prefix_cache(), 0);
+  const auto c = run(engine, specs, {0, 0}, &after_reset);
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(after_reset.prefix_hit_tokens, 0) << "nothing survives the reset";
+  engine.add_request(specs[0]);
+  engine.step();
+  EXPECT_EQ(testing::field_of([&] { engine.reset_prefix_cache(); }), "reset_prefix_cache");
+  while (engine.has_unfinished_requests()) engine.step();
+  EXPECT_NO_THROW(engine.reset_prefix_cache());
 }
 
 // B4 in use: requests that share a long system prompt share its cached pages, so a backend whose

@@ -140,6 +140,23 @@ TEST(KVCacheManagerPrefix, SecondRequestHitsWholeBlocksButNeverTheWholePrompt) {
   EXPECT_EQ(kv.acquire_cached_prefix(5, Tokens{}), 0);
 }
 
+// Dropping the cache (serve-bench between runs): a freed request's cached blocks become free and
+// later lookups miss them; a request still holding cached blocks keeps them (and they stay cached).
+TEST(KVCacheManagerPrefix, DroppedCacheMissesAndReturnsTheFreedRequestsBlocks) {
+  KVCacheManager kv(one_group(32, 4));
+  std::mt19937 rng(5);
+  const Tokens prompt = random_tokens(rng, 18), other = random_tokens(rng, 9);
+  run_prompt(kv, 0, prompt);
+  kv.free(0);  // its 4 full blocks stay cached, evictable
+  run_prompt(kv, 1, other);  // held: 2 full cached blocks and a partial one
+  const std::int32_t available = kv.num_available_blocks(0);
+  EXPECT_EQ(kv.drop_cached_blocks(), 4);
+  EXPECT_EQ(kv.num_available_blocks(0), available) << "evictable blocks were available already, now free";
+  EXPECT_EQ(kv.acquire_cached_prefix(2, prompt), 0) << "the dropped blocks are no hit";
+  EXPECT_EQ(kv.acquire_cached_prefix(3, other), 8) << "the held request's blocks stay cached";
+  EXPECT_EQ(kv.drop_cached_blocks(), 0);
+}
+
 TEST(KVCacheManagerPrefix, SameBlockAfterADifferentPrefixMisses) {
   KVCacheManager kv(one_group(32, 4));
   std::mt19937 rng(4);

@@ -70,6 +70,18 @@ std::int32_t CachingBlockPool::take() {
   return block;
 }
 
+std::int32_t CachingBlockPool::drop_evictable() {
+  std::int32_t dropped = 0;
+  while (lru_head_ != kNone) {
+    const std::int32_t block = lru_head_;
+    lru_unlink(block);
+    uncache(block);
+    free_.push_back(block);
+    ++dropped;
+  }
+  return dropped;
+}
+
 void CachingBlockPool::add_ref(std::int32_t block) {
   if (ref_count_[idx(block)]++ == 0) lru_unlink(block);  // only cached blocks are found with none
 }

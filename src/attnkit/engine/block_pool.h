@@ -45,6 +45,10 @@ class CachingBlockPool {
   // and any other block becomes free.
   void release(std::int32_t block);
 
+  // Every evictable block leaves the cache and becomes free (blocks still held keep their
+  // entries). Returns how many were dropped.
+  std::int32_t drop_evictable();
+
   // The cached block with this hash, parent entry and tokens, or kNone.
   std::int32_t find(std::uint64_t hash, std::uint64_t parent_serial, std::span<const std::int32_t> tokens) const;
   // Enters a held, uncached block into the cache; returns its entry's serial (never kRootSerial).

@@ -406,6 +406,11 @@ std::vector<std::int32_t> Engine::generated(std::int64_t request_id) const {
 RequestState Engine::state(std::int64_t request_id) const { return impl_->request(request_id).state; }
 FinishReason Engine::finish_reason(std::int64_t request_id) const { return impl_->request(request_id).finish_reason; }
 std::int32_t Engine::num_available_blocks(std::int32_t group) const { return impl_->kv_.num_available_blocks(group); }
+std::int32_t Engine::reset_prefix_cache() {
+  ATTNKIT_REQUIRE(!impl_->has_unfinished(), "reset_prefix_cache", "requests unfinished or a step in flight",
+                  "an idle engine (every request finished and collected)");
+  return impl_->kv_.drop_cached_blocks();
+}
 const ModelExecutor& Engine::executor() const { return impl_->executor_; }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 

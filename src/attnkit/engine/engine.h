@@ -131,6 +131,11 @@ class Engine {
   // KV blocks of a group that an allocation may take now (free ones and cached ones nothing
   // references): with no request unfinished, every block but the null block.
   std::int32_t num_available_blocks(std::int32_t group) const;
+  // Empties the prefix cache (every cached block no request holds becomes free), so that later
+  // requests find nothing earlier ones left; the weights, the KV memory and the captured graphs
+  // stay. Only with no request unfinished (Error "reset_prefix_cache" otherwise). Returns the
+  // blocks dropped. serve-bench reuses one engine across a sweep's runs this way.
+  std::int32_t reset_prefix_cache();
   const ModelExecutor& executor() const;
   const EngineConfig& config() const;
 

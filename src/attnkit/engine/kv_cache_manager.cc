@@ -80,6 +80,11 @@ class KVCacheManager::Impl {
   std::span<const std::int32_t> blocks(std::int64_t request, std::int32_t group) const;
   void free(std::int64_t request);
   std::int32_t num_available_blocks(std::int32_t group) const;
+  std::int32_t drop_cached_blocks() {
+    std::int32_t dropped = 0;
+    for (CachingBlockPool& pool : pools_) dropped += pool.drop_evictable();
+    return dropped;
+  }
 
  private:
   RequestBlocks& registered(std::int64_t request);
@@ -314,5 +319,6 @@ void KVCacheManager::free(std::int64_t request) { impl_->free(request); }
 std::int32_t KVCacheManager::num_available_blocks(std::int32_t group) const {
   return impl_->num_available_blocks(group);
 }
+std::int32_t KVCacheManager::drop_cached_blocks() { return impl_->drop_cached_blocks(); }
 
 }  // namespace attnkit

@@ -57,6 +57,9 @@ class KVCacheManager {
   void free(std::int64_t request);
   // Blocks that an allocation may take in `group` (free plus evictable cached ones).
   std::int32_t num_available_blocks(std::int32_t group) const;
+  // Forgets every cached block no request holds, in every group (they become free): later
+  // lookups miss what earlier requests left. Returns the blocks dropped.
+  std::int32_t drop_cached_blocks();
 
  private:
   class Impl;
