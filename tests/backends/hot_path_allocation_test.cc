@@ -1,11 +1,7 @@
 // Per-step build() and per-layer forward() allocate nothing: every buffer comes from
-// construction. A counting global operator new (for this test binary) proves it.
+// construction. A counting global operator new (support/counting_new.h) proves it.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <functional>
-#include <new>
 #include <random>
 
 #include "attnkit/backends/csr_plan/csr_plan_backend.h"
@@ -13,35 +9,13 @@
 #include "attnkit/backends/varlen/varlen_backend.h"
 #include "attnkit/metadata/persistent_schedule.h"
 #include "backends/paged_batch.h"
+#include "support/counting_new.h"
 #include "support/through_selector.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
-  throw std::bad_alloc();
-}
-// The nothrow forms too (std::stable_sort's temporary buffer takes one): left to the runtime, an
-// AddressSanitizer build allocates them in its own heap and the free() below reports a mismatch.
-void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(bytes ? bytes : 1);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace attnkit {
 namespace {
 
-long allocations_during(const std::function<void()>& work) {
-  const long before = g_allocations.load();
-  work();
-  return g_allocations.load() - before;
-}
+using testing::allocations_during;
 
 void expect_allocation_free(const BackendType& backend, KVLayout layout, LayerParams params) {
   std::mt19937 rng(99);

@@ -1,36 +1,15 @@
 // The runner's per-step host path allocates nothing once warm: order_requests into a reused
 // StepOrder and prepare_step of a mixed step (decodes and a prefill) over three KV groups (full
-// attention, sliding window, recurrent state). A counting global operator new (for this test
-// binary) proves it. The host-path benchmark checks the same at scale; this is the gate CI runs
-// in every build.
+// attention, sliding window, recurrent state). A counting global operator new
+// (support/counting_new.h) proves it. The host-path benchmark checks the same at scale; this is
+// the gate CI runs in every build.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
 #include "attnkit/runner/model_runner.h"
+#include "support/counting_new.h"
 #include "support/runner_driver.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
-  throw std::bad_alloc();
-}
-// The nothrow forms too (std::stable_sort's temporary buffer takes one): left to the runtime, an
-// AddressSanitizer build allocates them in its own heap and the free() below reports a mismatch.
-void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(bytes ? bytes : 1);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace attnkit {
 namespace {
@@ -83,13 +62,14 @@ TEST_P(PrepareStepAllocation, AWarmStepAllocatesNothing) {
   runner.prepare_step(step, Stream{});  // warm-up: first use of every buffer
   runner.abandon_step();
 
-  const long before = g_allocations.load();
-  for (int i = 0; i < 3; ++i) {
-    runner.order_requests(ids, query_lens, order);  // refills the same order in place
-    runner.prepare_step(step, Stream{});
-    runner.abandon_step();  // the layers never run here; the same step is prepared again
-  }
-  EXPECT_EQ(g_allocations.load() - before, 0) << GetParam() << ": prepare_step allocated in a warm step";
+  const long allocations = testing::allocations_during([&] {
+    for (int i = 0; i < 3; ++i) {
+      runner.order_requests(ids, query_lens, order);  // refills the same order in place
+      runner.prepare_step(step, Stream{});
+      runner.abandon_step();  // the layers never run here; the same step is prepared again
+    }
+  });
+  EXPECT_EQ(allocations, 0) << GetParam() << ": prepare_step allocated in a warm step";
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuBackends, PrepareStepAllocation, ::testing::Values("VARLEN", "CSR_PLAN", "REFERENCE"),
