@@ -44,6 +44,12 @@ TensorView heads_view(const ActMat& m, std::int64_t heads, std::int64_t head_siz
   return t;
 }
 
+// "requests[i] (id N)<suffix>": an error's field, built only when a check fails (ATTNKIT_REQUIRE
+// evaluates its message on failure alone), since these checks run per request per step.
+std::string request_field(std::size_t i, std::int32_t id, const char* suffix) {
+  return "requests[" + std::to_string(i) + "] (id " + std::to_string(id) + ")" + suffix;
+}
+
 }  // namespace
 
 std::vector<LayerSpec> attention_layers(const ModelArch& a, DType attention_dtype, std::int32_t block_size) {
@@ -276,6 +282,7 @@ void ModelExecutor::allocate_buffers() {
 }
 
 // Every request is refused here, naming it and the field, before the step changes any state.
+// Per step: no allocation unless a check fails.
 void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepResult result) const {
   ATTNKIT_REQUIRE(!requests.empty() && requests.size() <= static_cast<std::size_t>(config_.max_num_reqs),
                   "requests", str(static_cast<std::int64_t>(requests.size())),
@@ -283,34 +290,35 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
   std::int64_t tokens = 0;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const StepRequest& r = requests[i];
-    const std::string where = "requests[" + str(static_cast<std::int64_t>(i)) + "] (id " + str(r.id) + ")";
-    ATTNKIT_REQUIRE(!r.tokens.empty(), where + ".tokens", "empty", ">= 1 token");
+    ATTNKIT_REQUIRE(!r.tokens.empty(), request_field(i, r.id, ".tokens"), "empty", ">= 1 token");
     if (r.previous_token_index != -1) {
-      check_previous_token(r, where);
+      check_previous_token(r, i);
     } else {
       for (std::int32_t t : r.tokens) {
-        ATTNKIT_REQUIRE(t >= 0 && t < arch_.vocab_size, where + ".tokens", str(t),
+        ATTNKIT_REQUIRE(t >= 0 && t < arch_.vocab_size, request_field(i, r.id, ".tokens"), str(t),
                         "[0, vocab_size " + str(arch_.vocab_size) + ")");
       }
     }
     const std::int64_t seq_len =
         static_cast<std::int64_t>(r.num_computed_tokens) + static_cast<std::int64_t>(r.tokens.size());
     ATTNKIT_REQUIRE(
-        r.num_computed_tokens >= 0 && seq_len <= max_model_len_, where + " length",
+        r.num_computed_tokens >= 0 && seq_len <= max_model_len_, request_field(i, r.id, " length"),
         str(r.num_computed_tokens) + " computed + " + str(static_cast<std::int64_t>(r.tokens.size())) + " new",
         "<= max_model_len " + str(max_model_len_));
-    ATTNKIT_REQUIRE(r.blocks.size() == static_cast<std::size_t>(num_kv_groups()), where + ".blocks",
+    ATTNKIT_REQUIRE(r.blocks.size() == static_cast<std::size_t>(num_kv_groups()), request_field(i, r.id, ".blocks"),
                     str(static_cast<std::int64_t>(r.blocks.size())) + " groups",
                     str(num_kv_groups()) + " (one per KV group)");
     for (std::size_t g = 0; g < r.blocks.size(); ++g) {
       const std::int32_t need = ceil_div(seq_len, config_.block_size);
       ATTNKIT_REQUIRE(static_cast<std::int64_t>(r.blocks[g].size()) >= need &&
                           r.blocks[g].size() <= static_cast<std::size_t>(buffers_->row_stride[g]),
-                      where + ".blocks[" + str(static_cast<std::int64_t>(g)) + "]",
+                      request_field(i, r.id, ".blocks[") + str(static_cast<std::int64_t>(g)) + "]",
                       str(static_cast<std::int64_t>(r.blocks[g].size())) + " blocks",
                       "[" + str(need) + ", " + str(buffers_->row_stride[g]) + "] for " + str(seq_len) + " tokens");
     }
-    if (result == StepResult::kSampledTokens) r.sampling.validate(where + ".sampling.");
+    if (result == StepResult::kSampledTokens && !r.sampling.valid()) {
+      r.sampling.validate(request_field(i, r.id, ".sampling."));
+    }
     tokens += static_cast<std::int64_t>(r.tokens.size());
   }
   ATTNKIT_REQUIRE(tokens <= config_.max_num_tokens, "tokens of the step", str(tokens),
@@ -318,21 +326,22 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
 }
 
 // A token taken from the previous step's device tokens: that step is the last one launched, it
-// produced tokens on the device, and its request at the index is this one.
-void ModelExecutor::check_previous_token(const StepRequest& r, const std::string& where) const {
-  const std::string field = where + ".previous_token_index";
+// produced tokens on the device, and its request at the index is this one (request `i` of the step).
+void ModelExecutor::check_previous_token(const StepRequest& r, std::size_t i) const {
   const std::int32_t index = r.previous_token_index;
-  ATTNKIT_REQUIRE(index >= 0, field, str(index), "-1 (the host's tokens) or an index of the previous step");
-  ATTNKIT_REQUIRE(launched_ > 0, field, str(index), "-1 (no step was launched before)");
+  const auto field = [&] { return request_field(i, r.id, ".previous_token_index"); };
+  ATTNKIT_REQUIRE(index >= 0, field(), str(index), "-1 (the host's tokens) or an index of the previous step");
+  ATTNKIT_REQUIRE(launched_ > 0, field(), str(index), "-1 (no step was launched before)");
   const Launched& previous = slot(launched_ - 1);
-  ATTNKIT_REQUIRE(previous.result == StepResult::kSampledTokens, field, str(index),
+  ATTNKIT_REQUIRE(previous.result == StepResult::kSampledTokens, field(), str(index),
                   "-1 (the previous step returned logits, so it left no tokens on the device)");
-  ATTNKIT_REQUIRE(static_cast<std::size_t>(index) < previous.ids.size(), field, str(index),
+  ATTNKIT_REQUIRE(static_cast<std::size_t>(index) < previous.ids.size(), field(), str(index),
                   "[0, " + str(static_cast<std::int64_t>(previous.ids.size())) + ") (the previous step's requests)");
-  ATTNKIT_REQUIRE(previous.ids[static_cast<std::size_t>(index)] == r.id, field, str(index),
+  ATTNKIT_REQUIRE(previous.ids[static_cast<std::size_t>(index)] == r.id, field(), str(index),
                   "the index of request " + str(r.id) + " in the previous step (it holds request " +
                       str(previous.ids[static_cast<std::size_t>(index)]) + ")");
-  ATTNKIT_REQUIRE(r.tokens.size() == 1, where + ".tokens", str(static_cast<std::int64_t>(r.tokens.size())) + " tokens",
+  ATTNKIT_REQUIRE(r.tokens.size() == 1, request_field(i, r.id, ".tokens"),
+                  str(static_cast<std::int64_t>(r.tokens.size())) + " tokens",
                   "1 (a placeholder for the previous step's token)");
 }
 

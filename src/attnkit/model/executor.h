@@ -154,7 +154,7 @@ class ModelExecutor {
   Launched& slot(std::int64_t step) const;
   void check_launch(StepResult result) const;
   void check_requests(std::span<const StepRequest> requests, StepResult result) const;
-  void check_previous_token(const StepRequest& r, const std::string& where) const;
+  void check_previous_token(const StepRequest& r, std::size_t index_in_step) const;
   void build_step(std::span<const StepRequest> requests, Launched& step);
   void build_previous_tokens(std::span<const StepRequest> requests, const StepOrder& order);
   void run_forward(std::int32_t padded_tokens, Timer& timer);

@@ -13,11 +13,18 @@ namespace attnkit {
 
 namespace sm = sampling_math;
 
+namespace {
+bool temperature_ok(float t) { return std::isfinite(t) && t >= 0.0f; }
+bool top_p_ok(float p) { return std::isfinite(p) && p > 0.0f && p <= 1.0f; }
+}  // namespace
+
+bool SamplingParams::valid() const { return temperature_ok(temperature) && top_k >= 0 && top_p_ok(top_p); }
+
 void SamplingParams::validate(const std::string& prefix) const {
-  ATTNKIT_REQUIRE(std::isfinite(temperature) && temperature >= 0.0f, prefix + "temperature",
+  ATTNKIT_REQUIRE(temperature_ok(temperature), prefix + "temperature",
                   std::to_string(temperature), ">= 0 (0: greedy)");
   ATTNKIT_REQUIRE(top_k >= 0, prefix + "top_k", std::to_string(top_k), ">= 0 (0: every token)");
-  ATTNKIT_REQUIRE(std::isfinite(top_p) && top_p > 0.0f && top_p <= 1.0f, prefix + "top_p", std::to_string(top_p),
+  ATTNKIT_REQUIRE(top_p_ok(top_p), prefix + "top_p", std::to_string(top_p),
                   "(0, 1]");
 }
 

@@ -46,6 +46,8 @@ struct SamplingParams {
   float top_p = 1.0f;        // (0, 1]: the fewest most likely logit values whose mass reaches it
   std::uint64_t seed = 0;
 
+  // Every value in its range (the rule validate() enforces; no allocation, for per-step checks).
+  bool valid() const;
   // Throws Error naming the field (prefix + "temperature", ...) for a value outside its range.
   void validate(const std::string& prefix = "") const;
   bool greedy() const { return temperature == 0.0f; }
