@@ -66,7 +66,7 @@ Outcome drive(Engine& engine, const std::vector<RequestSpec>& specs, const std::
     for (const RequestOutput& out : engine.step()) {
       Reported& r = run.requests[index.at(out.request_id)];
       EXPECT_EQ(r.finished_outputs, 0) << "request " << out.request_id << ": an output after its finished one";
-      r.tokens.insert(r.tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+      r.tokens.push_back(out.new_token);
       if (out.finished) {
         ++r.finished_outputs;
         r.reason = out.finish_reason;

@@ -246,7 +246,7 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
   --r.num_pending;
   RequestOutput out;
   out.request_id = r.id;
-  out.new_tokens = {r.tokens[at]};
+  out.new_token = r.tokens[at];
   r.finish_reason = stop_reason(r, at + 1);
   if (r.finish_reason != FinishReason::kNone) {
     // A step in flight may compute a token after this one: it is never reported.

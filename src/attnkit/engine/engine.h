@@ -60,10 +60,11 @@ enum class FinishReason : std::uint8_t { kNone, kLength, kStopToken, kStopSequen
 std::string_view to_string(RequestState state);
 std::string_view to_string(FinishReason reason);
 
-// What a request gained in one step.
+// What a request gained in one step: one token (a step samples one per request whose scheduled
+// tokens it completes; a plain value, so a step's outputs allocate nothing per request).
 struct RequestOutput {
   std::int64_t request_id = 0;
-  std::vector<std::int32_t> new_tokens;
+  std::int32_t new_token = -1;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
 };

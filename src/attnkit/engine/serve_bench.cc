@@ -132,15 +132,13 @@ void BenchLoop::record(const RequestOutput& out, double t) {
   if (it == index_of_.end()) return;
   const std::size_t i = it->second;
   RequestMetrics& m = metrics_[i];
-  for (std::size_t k = 0; k < out.new_tokens.size(); ++k) {
-    if (m.output_len == 0) {
-      m.first_token_s = t;
-    } else {
-      itl_ms_.push_back((t - last_token_s_[i]) * 1e3);
-    }
-    last_token_s_[i] = t;
-    ++m.output_len;
+  if (m.output_len == 0) {
+    m.first_token_s = t;
+  } else {
+    itl_ms_.push_back((t - last_token_s_[i]) * 1e3);
   }
+  last_token_s_[i] = t;
+  ++m.output_len;
   if (!out.finished) return;
   m.finish_s = t;
   ++finished_;
