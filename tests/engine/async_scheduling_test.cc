@@ -421,13 +421,23 @@ TEST(AsyncExecutor, RefusesWhatItCannotServe) {
     }
     return std::string("no error");
   };
+  const auto request = [](std::int32_t id, std::span<const std::int32_t> tokens, std::int32_t computed,
+                          std::span<const std::span<const std::int32_t>> blocks, std::int32_t previous = -1) {
+    StepRequest r;
+    r.id = id;
+    r.tokens = tokens;
+    r.num_computed_tokens = computed;
+    r.blocks = blocks;
+    r.previous_token_index = previous;
+    return r;
+  };
   std::vector<StepRequest> first(2);
-  first[0] = {1, prompt, 0, blocks_a};
-  first[1] = {2, prompt, 0, blocks_b};
+  first[0] = request(1, prompt, 0, blocks_a);
+  first[1] = request(2, prompt, 0, blocks_b);
   EXPECT_EQ(field([&] { ex.collect(); }), "collect");
   ex.launch(first, StepResult::kSampledTokens);
   std::vector<StepRequest> next(1);
-  next[0] = {1, placeholder, 3, blocks_a, /*previous_token_index=*/1};  // index 1 is request 2
+  next[0] = request(1, placeholder, 3, blocks_a, /*previous=*/1);  // index 1 is request 2
   EXPECT_EQ(field([&] { ex.launch(next, StepResult::kSampledTokens); }), "requests[0] (id 1).previous_token_index");
   next[0].previous_token_index = 2;
   EXPECT_EQ(field([&] { ex.launch(next, StepResult::kSampledTokens); }), "requests[0] (id 1).previous_token_index");

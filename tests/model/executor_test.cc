@@ -216,7 +216,9 @@ TEST(ExecutorSampledTokens, EqualTheHostDefinitionOnTheLogitsOfTheSameSteps) {
   const std::vector<std::int32_t> tokens = {1, 2};
   const std::vector<std::int32_t> row = {0};
   const std::vector<std::span<const std::int32_t>> rows(static_cast<std::size_t>(ex.num_kv_groups()), row);
-  one[0] = {1, tokens, 0, rows};
+  one[0].id = 1;
+  one[0].tokens = tokens;
+  one[0].blocks = rows;
   one[0].sampling = {1.0f, 0, 0.0f, 1};
   EXPECT_EQ(field_of([&] { ex.execute(one, StepResult::kSampledTokens); }), "requests[0] (id 1).sampling.top_p");
   ExecutorConfig all = ec;
