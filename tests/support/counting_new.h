@@ -19,6 +19,11 @@ inline long allocations_during(const std::function<void()>& work) {
 }
 }  // namespace attnkit::testing
 
+// GCC cannot see that the malloc/free pairs below are matched and warns at every inlined call site.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 void* operator new(std::size_t bytes) {
   attnkit::testing::g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
