@@ -460,7 +460,7 @@ RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* gro
   c.check_invariants = f.bool_or("check_invariants", c.check_invariants);
   c.k_scale = f.optional_float("k_scale");
   c.v_scale = f.optional_float("v_scale");
-  c.kv_poison = f.float_or("kv_poison", c.kv_poison);
+  c.kv_poison = f.optional_float("kv_poison");
   c.context_parallel.size = f.int_or("context_parallel_size", c.context_parallel.size);
   c.context_parallel.rank = f.int_or("context_parallel_rank", c.context_parallel.rank);
   c.context_parallel.interleave = f.int_or("context_parallel_interleave", c.context_parallel.interleave);

@@ -105,6 +105,7 @@ nb::dict caps_dict(const BackendType& b) {
   }
   d["features"] = features;
   d["needs_exact_cpu_lengths"] = c.needs_exact_cpu_lengths;
+  d["reads_whole_pages"] = c.reads_whole_pages;
   d["forward_includes_kv_update"] = c.forward_includes_kv_update;
   d["cudagraph_support"] = std::string(to_string(c.cudagraph_support));
   d["reorder_batch_threshold"] = c.reorder_batch_threshold ? nb::cast(*c.reorder_batch_threshold) : nb::none();
@@ -563,7 +564,7 @@ void def_runner_cache(nb::class_<PyRunner>& cls) {
           "cache). A manager block b holds kernel blocks b*k .. b*k+k-1, k = block_size / kernel_block_size.\n"
           "NumPy arrays on the CPU platform for float32/float16 (fp8 caches: their uint8 bytes, real value =\n"
           "byte's value * k_scale); other dtypes and CUDA caches: DLPack arrays for torch.from_dlpack /\n"
-          "cupy.from_dlpack. A fresh cache holds RunnerConfig.kv_poison (NaN). The arrays keep the cache's\n"
+          "cupy.from_dlpack. A fresh cache holds RunnerConfig.kv_poison (NaN by default). The arrays keep the cache's\n"
           "memory alive, also after close().")
       .def(
           "kv_cache_info",

@@ -61,6 +61,9 @@ class RunnerDriver {
   // Error a run adds on top of one rounding of the result, as an absolute bound (e.g. context
   // parallelism: each rank's partial is rounded to the activation dtype before the merge).
   void set_extra_absolute_tolerance(double tolerance) { extra_absolute_tolerance_ = tolerance; }
+  // A kernel that rounds intermediates (a GPU kernel's probabilities in the activation dtype before
+  // their product with V) errs by more than one rounding of the result: its relative tolerance.
+  void set_relative_tolerance(double tolerance) { relative_tolerance_ = tolerance; }
   void expect_all_layers_match() const;
 
   // The record.
@@ -102,6 +105,7 @@ class RunnerDriver {
   std::vector<HostTensor> outputs_;
   std::vector<std::vector<double>> expected_;
   double extra_absolute_tolerance_ = 0.0;
+  double relative_tolerance_ = 0.0;  // 0: relative_tolerance(the layer's dtype)
 };
 
 }  // namespace attnkit::testing

@@ -81,4 +81,9 @@ const VariantCaps& require_declared_variant(const BackendCaps& caps, KernelVaria
   return *declared;
 }
 
+bool reads_whole_pages(const BackendCaps& caps, KernelVariant variant) {
+  const VariantCaps* declared = find_variant(caps, variant);
+  return declared != nullptr && declared->reads_whole_pages ? *declared->reads_whole_pages : caps.reads_whole_pages;
+}
+
 }  // namespace attnkit

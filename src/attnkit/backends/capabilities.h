@@ -74,6 +74,8 @@ struct VariantCaps {
   std::optional<FeatureSet> features = std::nullopt;
   std::vector<PlatformKind> platforms = {};
   std::optional<ComputeCapabilityRange> cuda_compute_capability = std::nullopt;
+  // BackendCaps::reads_whole_pages for this kernel; nullopt = the backend's.
+  std::optional<bool> reads_whole_pages = std::nullopt;
 };
 
 struct BackendCaps {
@@ -101,6 +103,12 @@ struct BackendCaps {
   FeatureSet features;
   // G6: the builder reads CPU lengths as exact; optimistic (speculative) lengths must not reach it.
   bool needs_exact_cpu_lengths = false;
+  // K4: the kernel loads every slot of each KV page it touches, the slots past a request's length
+  // included, and masks their scores only after the load. Their softmax weight is then 0, but
+  // 0 x NaN is NaN: a slot never written must hold a finite value. The runner fills the cache of
+  // a KV group with such a layer with 0 instead of the NaN poison (kv_poison_for_group). Kernels
+  // that predicate their loads on the length (false) read no slot past it.
+  bool reads_whole_pages = false;
 
   std::vector<CombinationRule> combination_rules;
 
@@ -119,5 +127,7 @@ const VariantCaps* find_variant(const BackendCaps& caps, KernelVariant variant);
 // make_impl's check: throws Error("kernel variant", its name, the declared names) for a variant
 // the backend does not declare, so an impl never runs a kernel the selector could not have chosen.
 const VariantCaps& require_declared_variant(const BackendCaps& caps, KernelVariant variant);
+// Whether `variant` of the backend reads whole pages (its own declaration, else the backend's).
+bool reads_whole_pages(const BackendCaps& caps, KernelVariant variant);
 
 }  // namespace attnkit

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/core/dtype.h"
+
 #include "attnkit/core/error.h"
 
 namespace attnkit {
@@ -60,55 +62,88 @@ KVCacheView make_view(void* data, const KVGroupGeometry& g, MemorySpace space) {
                            spec.head_size, space);
 }
 
+constexpr std::size_t kLayerAlignment = 256;  // each layer's tensor: 16-byte loads and TMA need 16
+
 }  // namespace
 
 KVCacheStorage::~KVCacheStorage() {
-  for (Binding& b : bindings_) memory_->deallocate(b.data);
+  if (data_ != nullptr) memory_->deallocate(data_);
 }
 
-KVCacheView KVCacheStorage::allocate_layer(const std::string& layer_name, const KVGroupGeometry& geometry,
-                                           float k_scale, float v_scale, float poison) {
+void KVCacheStorage::reserve_layer(const std::string& layer_name, const KVGroupGeometry& geometry, float k_scale,
+                                   float v_scale, float poison) {
+  ATTNKIT_REQUIRE(data_ == nullptr, "layer_name", layer_name, "a layer reserved before allocate()",
+                  "the KV cache is one allocation, taken once");
   for (const Binding& b : bindings_) {
     ATTNKIT_REQUIRE(b.layer_name != layer_name, "layer_name", layer_name, "a name not yet bound",
-            "a KV cache is already bound to this layer");
+                    "a KV cache is already bound to this layer");
   }
   check_geometry(geometry);
   check_scale(k_scale, "k_scale", geometry.spec.dtype);
   check_scale(v_scale, "v_scale", geometry.spec.dtype);
   KVCacheView view = make_view(nullptr, geometry, memory_->space());
-  const std::size_t bytes = view.num_bytes();
-  void* data = memory_->allocate(bytes);
-  try {
-    view.data = data;
-    view.k_scale = k_scale;
-    view.v_scale = v_scale;
-    // Poison is a raw stored value (rounded to the cache dtype), so tests can spot unwritten slots.
-    if (memory_->space() == MemorySpace::kHost) {
-      for (std::int64_t i = 0; i < view.num_elements(); ++i) store_float(data, i, view.dtype, poison);
-    } else {
-      // Device memory is filled from a host staging copy (start-up only; a copy from pageable
-      // host memory has consumed its source when it returns).
-      std::vector<unsigned char> staging(bytes);
-      for (std::int64_t i = 0; i < view.num_elements(); ++i) store_float(staging.data(), i, view.dtype, poison);
-      memory_->copy_from_host(data, staging.data(), bytes);
-    }
-    bindings_.push_back(Binding{layer_name, data, view});
-  } catch (...) {
-    memory_->deallocate(data);
-    throw;
-  }
-  total_bytes_ += bytes;
-  return view;
+  view.k_scale = k_scale;
+  view.v_scale = v_scale;
+  bindings_.push_back(Binding{layer_name, total_bytes_, geometry, poison, view});
+  total_bytes_ += (view.num_bytes() + kLayerAlignment - 1) / kLayerAlignment * kLayerAlignment;
 }
 
-const KVCacheView& KVCacheStorage::view(const std::string& layer_name) const {
+void KVCacheStorage::allocate() {
+  ATTNKIT_REQUIRE(data_ == nullptr, "KV cache", "allocated", "one allocate() call");
+  data_ = memory_->allocate(total_bytes_);
+  try {
+    for (Binding& b : bindings_) {
+      b.view.data = static_cast<unsigned char*>(data_) + b.offset;
+      fill_poison(b, 0, static_cast<std::size_t>(b.view.num_elements()));
+    }
+  } catch (...) {
+    memory_->deallocate(data_);
+    data_ = nullptr;
+    throw;
+  }
+}
+
+// Elements [offset, offset + elements) of a layer's tensor hold its poison (the raw stored value).
+void KVCacheStorage::fill_poison(const Binding& b, std::size_t offset_elements, std::size_t elements) {
+  const std::size_t width = size_of(b.view.dtype);
+  unsigned char pattern[sizeof(double)] = {};
+  store_float(pattern, 0, b.view.dtype, b.poison);
+  memory_->fill(static_cast<unsigned char*>(b.view.data) + offset_elements * width, elements * width, pattern, width);
+}
+
+const KVCacheStorage::Binding& KVCacheStorage::binding(const std::string& layer_name) const {
   for (const Binding& b : bindings_) {
-    if (b.layer_name == layer_name) return b.view;
+    if (b.layer_name == layer_name) return b;
   }
   std::string bound;
   for (const Binding& b : bindings_) bound += (bound.empty() ? "" : ", ") + b.layer_name;
   throw Error("layer_name", layer_name, bound.empty() ? "no layer bound yet" : bound,
               "no KV cache bound to this layer");
+}
+
+const KVCacheView& KVCacheStorage::view(const std::string& layer_name) const {
+  const Binding& b = binding(layer_name);
+  ATTNKIT_REQUIRE(data_ != nullptr, "KV cache", "reserved, not allocated", "allocate() before the views are read");
+  return b.view;
+}
+
+float KVCacheStorage::poison(const std::string& layer_name) const { return binding(layer_name).poison; }
+
+// A manager block is one contiguous run of its kernel blocks in every layout (each kernel block
+// holds its K and V pages together: stride_block elements).
+void KVCacheStorage::repoison_blocks(std::span<const std::string> layer_names,
+                                     std::span<const std::int32_t> manager_blocks) {
+  for (const std::string& name : layer_names) {
+    const Binding& b = binding(name);
+    ATTNKIT_REQUIRE(data_ != nullptr, "KV cache", "reserved, not allocated", "allocate() before blocks are reset");
+    const std::int64_t per_manager = b.geometry.spec.is_attention() ? b.geometry.blocks_per_manager_block() : 1;
+    const auto run = static_cast<std::size_t>(per_manager * b.view.stride_block);
+    for (std::int32_t block : manager_blocks) {
+      ATTNKIT_REQUIRE(block >= 0 && block < b.geometry.num_manager_blocks, "manager block", std::to_string(block),
+                      "[0, " + std::to_string(b.geometry.num_manager_blocks) + ")");
+      fill_poison(b, static_cast<std::size_t>(block) * run, run);
+    }
+  }
 }
 
 }  // namespace attnkit

@@ -1,8 +1,10 @@
 #include "attnkit/platform/memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "attnkit/core/error.h"
 
@@ -12,16 +14,69 @@
 
 namespace attnkit {
 
+namespace {
+
+constexpr std::size_t kAlignment = 256;
+// The most a fill stages on the host: a tile of whole patterns (rounded down to the pattern size).
+constexpr std::size_t kFillTileBytes = std::size_t{1} << 20;
+
+void check_fill(std::size_t bytes, std::size_t pattern_bytes) {
+  ATTNKIT_REQUIRE(pattern_bytes >= 1 && pattern_bytes <= 16, "fill pattern_bytes", std::to_string(pattern_bytes),
+                  "1 to 16");
+  ATTNKIT_REQUIRE(bytes % pattern_bytes == 0, "fill bytes", std::to_string(bytes),
+                  "a multiple of the pattern's " + std::to_string(pattern_bytes) + " bytes");
+}
+
+// A host tile of whole patterns, at most kFillTileBytes and at most `bytes`.
+std::vector<unsigned char> fill_tile(std::size_t bytes, const void* pattern, std::size_t pattern_bytes) {
+  const std::size_t tile = std::min(bytes, kFillTileBytes / pattern_bytes * pattern_bytes);
+  std::vector<unsigned char> out(tile);
+  for (std::size_t at = 0; at < tile; at += pattern_bytes) std::memcpy(out.data() + at, pattern, pattern_bytes);
+  return out;
+}
+
+bool one_repeated_byte(const void* pattern, std::size_t pattern_bytes) {
+  const auto* p = static_cast<const unsigned char*>(pattern);
+  for (std::size_t i = 1; i < pattern_bytes; ++i) {
+    if (p[i] != p[0]) return false;
+  }
+  return true;
+}
+
+std::size_t padded(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment + kAlignment; }
+
+}  // namespace
+
 void MemoryResource::copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (space() != MemorySpace::kHost) synchronize(stream);
   copy_to_host(dst, src, bytes);
 }
 
+void MemoryResource::fill(void* dst, std::size_t bytes, const void* pattern, std::size_t pattern_bytes) {
+  check_fill(bytes, pattern_bytes);
+  if (bytes == 0) return;
+  auto* out = static_cast<unsigned char*>(dst);
+  if (space() == MemorySpace::kHost) {
+    if (one_repeated_byte(pattern, pattern_bytes)) {
+      std::memset(out, *static_cast<const unsigned char*>(pattern), bytes);
+      return;
+    }
+    // One pattern, then copies that double the filled prefix: memcpy speed, no per-element loop.
+    std::memcpy(out, pattern, pattern_bytes);
+    for (std::size_t done = pattern_bytes; done < bytes;) {
+      const std::size_t n = std::min(done, bytes - done);
+      std::memcpy(out + done, out, n);
+      done += n;
+    }
+    return;
+  }
+  const std::vector<unsigned char> tile = fill_tile(bytes, pattern, pattern_bytes);
+  for (std::size_t at = 0; at < bytes; at += tile.size()) {
+    copy_from_host(out + at, tile.data(), std::min(tile.size(), bytes - at));
+  }
+}
+
 namespace {
-
-constexpr std::size_t kAlignment = 256;
-
-std::size_t padded(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment + kAlignment; }
 
 // Host memory of either kind: the host copies it directly (an "asynchronous" copy into it is a
 // plain copy, done when it returns).
@@ -83,6 +138,24 @@ class CudaDeviceMemory final : public MemoryResource {
     if (!bytes) return;
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream.handle)),
                "cudaMemcpyAsync", bytes);
+  }
+  // One host tile up, then device-to-device copies that double the filled prefix (log2(bytes /
+  // tile) copies at the card's copy rate: a 40 GB KV cache in tens of milliseconds).
+  void fill(void* dst, std::size_t bytes, const void* pattern, std::size_t pattern_bytes) override {
+    check_fill(bytes, pattern_bytes);
+    if (bytes == 0) return;
+    auto* out = static_cast<unsigned char*>(dst);
+    if (one_repeated_byte(pattern, pattern_bytes)) {
+      check_cuda(cudaMemset(out, *static_cast<const unsigned char*>(pattern), bytes), "cudaMemset", bytes);
+      return;
+    }
+    const std::vector<unsigned char> tile = fill_tile(bytes, pattern, pattern_bytes);
+    copy_from_host(out, tile.data(), tile.size());
+    for (std::size_t done = tile.size(); done < bytes;) {
+      const std::size_t n = std::min(done, bytes - done);
+      check_cuda(cudaMemcpy(out + done, out, n, cudaMemcpyDeviceToDevice), "cudaMemcpy", n);
+      done += n;
+    }
   }
 };
 

@@ -34,6 +34,12 @@ class MemoryResource {
   // for resources that do not override it, is correct but synchronous: host memory is copied at
   // once (its work is done when its calls return), other memory after the stream has run.
   virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes, Stream stream);
+  // Start-up (synchronous): `bytes` of this memory at `dst` hold `pattern` (pattern_bytes, 1 to
+  // 16, dividing `bytes`) repeated. Host memory is written in place; other memory from a small
+  // host tile copied over and over (CUDA device memory overrides this: cudaMemset for one repeated
+  // byte, else one tile then device-side copies that double the filled length), so a fill of
+  // many GB costs the host no per-byte work and no staging of the whole size.
+  virtual void fill(void* dst, std::size_t bytes, const void* pattern, std::size_t pattern_bytes);
 };
 
 // Pageable host memory (the CPU platform's "device" memory).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attnkit/backends/coverage.h"
 #include "attnkit/core/error.h"
@@ -162,6 +163,21 @@ std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, s
   return static_cast<std::int32_t>(std::min<std::size_t>(blocks, std::numeric_limits<std::int32_t>::max()));
 }
 
+float kv_poison_for_group(std::optional<float> configured, std::span<const LayerKernel> kernels) {
+  const auto whole = std::find_if(kernels.begin(), kernels.end(), [](const LayerKernel& k) {
+    return reads_whole_pages(*k.caps, k.variant);
+  });
+  if (!configured) return whole == kernels.end() ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  if (whole != kernels.end()) {
+    ATTNKIT_REQUIRE(std::isfinite(*configured), "kv_poison", std::to_string(*configured), "a finite value, or unset",
+                    "layer " + std::string(whole->layer) + " runs " + std::string(whole->caps->name) + ":" +
+                        std::string(whole->variant.name) +
+                        ", which reads whole KV pages and masks the slots past a request's length after the load "
+                        "(0 x NaN is NaN: a non-finite poison there would reach the output)");
+  }
+  return *configured;
+}
+
 ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
     : config_(checked(std::move(config))),
       kv_memory_(&default_kv_memory(config_)),
@@ -261,6 +277,8 @@ void ModelRunner::build_groups() {
   for (const auto& l : layers_) specs.push_back(l.kv_spec);
   views_.resize(layers_.size());
   for (const KVCacheGroup& kv : group_layers_by_spec(specs)) kv_groups_.push_back(make_group_state(kv));
+  storage_.allocate();  // K3: one allocation for every layer, poisoned on the memory's side
+  for (std::size_t i = 0; i < layers_.size(); ++i) views_[i] = storage_.view(layers_[i].name);
   register_layer_entries();
   if (config_.log) log_groups();
 }
@@ -309,6 +327,7 @@ KVGroupState ModelRunner::make_group_state(const KVCacheGroup& kv) {
 // G1: the attention groups of one KV group, (backend, kernel variant, q heads) in order of first
 // appearance, each with its one builder; each layer's KV tensor bound by name (K3).
 void ModelRunner::make_attention_groups(KVGroupState& g, const KVCacheGroup& kv) {
+  const float poison = group_poison(kv);
   std::vector<LayerId> ids;
   std::vector<AttentionGroupKey> keys;
   for (int li : kv.layer_indices) {
@@ -351,11 +370,31 @@ void ModelRunner::make_attention_groups(KVGroupState& g, const KVCacheGroup& kv)
       reorder_threshold_ = bc.reorder_batch_threshold;
     }
     for (LayerId id : members) {
-      views_[index(id)] = storage_.allocate_layer(layers_[index(id)].name, g.geometry, config_.k_scale.value_or(1.0f),
-                                                  config_.v_scale.value_or(1.0f), config_.kv_poison);
+      storage_.reserve_layer(layers_[index(id)].name, g.geometry, config_.k_scale.value_or(1.0f),
+                             config_.v_scale.value_or(1.0f), poison);
     }
     g.attn_groups.push_back(std::move(ag));
   }
+}
+
+void ModelRunner::repoison_blocks(std::int32_t group, std::span<const std::int32_t> manager_blocks) {
+  ATTNKIT_REQUIRE(group >= 0 && static_cast<std::size_t>(group) < kv_groups_.size(), "group", std::to_string(group),
+                  "[0, " + std::to_string(kv_groups_.size()) + ")");
+  std::vector<std::string> names;
+  for (const AttentionGroup& ag : kv_groups_[static_cast<std::size_t>(group)].attn_groups) {
+    for (LayerId id : ag.layers) names.push_back(layers_[index(id)].name);
+  }
+  storage_.repoison_blocks(names, manager_blocks);
+}
+
+// K4: the group's poison, from every layer's kernel (one rule: kv_poison_for_group).
+float ModelRunner::group_poison(const KVCacheGroup& kv) const {
+  std::vector<LayerKernel> kernels;
+  for (int li : kv.layer_indices) {
+    const Selection& sel = *selections_[static_cast<std::size_t>(li)];
+    kernels.push_back({layers_[static_cast<std::size_t>(li)].name, &sel.backend->caps(), sel.variant});
+  }
+  return kv_poison_for_group(config_.kv_poison, kernels);
 }
 
 // The forward-context entries that never change: impl, backend, KV view, activation dtype.

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,7 +53,11 @@ struct RunnerConfig {
   // and refuse any value but 1.
   std::optional<float> k_scale;
   std::optional<float> v_scale;
-  float kv_poison = std::numeric_limits<float>::quiet_NaN();  // fills unwritten cache
+  // K4: what a fresh cache holds in every slot (a raw stored value), so a kernel reading a slot
+  // never written shows in tests. Unset: NaN, except in a KV group with a layer whose kernel reads
+  // whole pages (BackendCaps::reads_whole_pages), which holds 0; a non-finite value set for such a
+  // group is refused (kv_poison_for_group).
+  std::optional<float> kv_poison;
   std::function<void(std::string_view)> log;                   // start-up log lines (S3)
   // Memory the runner allocates from, at start-up only (nullptr = the platform's own: host memory
   // on the CPU platform; cudaMalloc and cudaMallocHost on CUDA). An engine passes its allocator's.
@@ -91,6 +96,17 @@ struct ContextParallelLayer {
 std::int32_t kv_blocks_for_memory_budget(const std::vector<LayerSpec>& layers, std::size_t budget_bytes,
                                          std::int32_t context_parallel_size = 1);
 
+// K4: one layer's kernel, as kv_poison_for_group reads it.
+struct LayerKernel {
+  std::string_view layer;
+  const BackendCaps* caps = nullptr;
+  KernelVariant variant;
+};
+// The poison a KV group's fresh cache holds (RunnerConfig::kv_poison): `configured` where set
+// (Error "kv_poison" for a non-finite value when a kernel of the group reads whole pages), else
+// NaN, or 0 when a kernel of the group reads whole pages. The one statement of the rule.
+float kv_poison_for_group(std::optional<float> configured, std::span<const LayerKernel> kernels);
+
 // What the selector is asked for this layer in this run (S4: every result-changing factor).
 AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig& config);
 
@@ -113,6 +129,13 @@ class ModelRunner {
   const std::vector<KVGroupState>& kv_groups() const { return kv_groups_; }
   const Selection& selection(LayerId id) const { return *selections_[index(id)]; }
   const KVCacheView& kv_cache(LayerId id) const { return views_[index(id)]; }
+  // K4: what the layer's fresh cache held in every slot (its group's kv_poison_for_group).
+  float kv_poison(LayerId id) const { return storage_.poison(layers_[index(id)].name); }
+  // Error paths (synchronous, not per step): every slot of these manager blocks of KV group
+  // `group`, in each of its layers, back to the group's poison. An engine calls it for the blocks
+  // of a request that failed with non-finite values before they are reused, since a kernel that
+  // reads whole pages would meet those values past a later owner's length.
+  void repoison_blocks(std::int32_t group, std::span<const std::int32_t> manager_blocks);
   MemoryResource& kv_memory() const { return *kv_memory_; }
   const RunnerConfig& config() const { return config_; }
   std::optional<int> reorder_batch_threshold() const { return reorder_threshold_; }
@@ -190,6 +213,7 @@ class ModelRunner {
   void check_fp8_scales() const;
   KVGroupState make_group_state(const KVCacheGroup& kv);
   void make_attention_groups(KVGroupState& g, const KVCacheGroup& kv);
+  float group_poison(const KVCacheGroup& kv) const;
   void register_layer_entries();
   void log_groups() const;
   void check_request_order(const StepInput& step) const;

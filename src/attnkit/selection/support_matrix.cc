@@ -58,6 +58,9 @@ std::string kernel_variants(const BackendCaps& caps) {
     if (!v.group_sizes.empty()) narrowed.push_back("group sizes " + supported::sizes(v.group_sizes));
     if (!v.block_sizes.empty()) narrowed.push_back("block sizes " + supported::sizes(v.block_sizes));
     if (v.features) narrowed.push_back("features " + supported::features(*v.features));
+    if (v.reads_whole_pages && *v.reads_whole_pages != caps.reads_whole_pages) {
+      narrowed.push_back(*v.reads_whole_pages ? "reads whole pages" : "reads no slot past the length");
+    }
     if (!out.empty()) out += "; ";
     out += v.variant.name;
     for (std::size_t i = 0; i < narrowed.size(); ++i) out += (i ? ", " : " (") + narrowed[i];
@@ -71,7 +74,7 @@ std::vector<std::string> header() {
                                    "head sizes",  "block sizes",     "KV layouts",  "attention types",
                                    "layer kinds"};
   for (Feature f : kAllFeatures) columns.emplace_back(to_string(f));
-  for (const char* c : {"needs exact CPU lengths", "fused KV update", "CUDA graph support", "reorder threshold",
+  for (const char* c : {"needs exact CPU lengths", "reads whole pages", "fused KV update", "CUDA graph support", "reorder threshold",
                         "block-table reuse", "combination rules", "kernel variants", "kernel library"}) {
     columns.emplace_back(c);
   }
@@ -90,6 +93,7 @@ std::vector<std::string> row(const BackendCaps& caps) {
                                  supported::kv_spec_kinds(caps)};
   for (Feature f : kAllFeatures) cells.push_back(yes_no(caps.features.has(f)));
   cells.push_back(yes_no(caps.needs_exact_cpu_lengths));
+  cells.push_back(yes_no(caps.reads_whole_pages));
   cells.push_back(yes_no(caps.forward_includes_kv_update));
   cells.emplace_back(to_string(caps.cudagraph_support));
   cells.push_back(caps.reorder_batch_threshold ? std::to_string(*caps.reorder_batch_threshold) : "none");

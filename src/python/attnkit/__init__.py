@@ -118,7 +118,8 @@ class RunnerConfig:
     checker after every prepare_step. k_scale, v_scale: fp8 KV scales (K8): a run with an fp8 KV cache
     must set both (1.0 opts in to unit scales; left None it is refused, since e4m3 would clip real K/V
     beyond +-448 silently); other caches take None or 1. kv_poison: what a fresh
-    cache holds (NaN). compute_capability: for select() with platform "cuda" on a machine without a GPU.
+    cache holds (None: NaN, or 0 in a KV group whose kernels read whole pages; a non-finite value
+    there is refused). compute_capability: for select() with platform "cuda" on a machine without a GPU.
     context_parallel_size, context_parallel_rank, context_parallel_interleave, context_parallel_group:
     D1 decode context parallelism, this runner being one rank (see ContextParallelHub); positions are
     dealt to the ranks in turns of context_parallel_interleave tokens.
@@ -138,7 +139,7 @@ class RunnerConfig:
     check_invariants: bool = False
     k_scale: Optional[float] = None
     v_scale: Optional[float] = None
-    kv_poison: float = float("nan")
+    kv_poison: Optional[float] = None
     compute_capability: Optional[int] = None
     context_parallel_size: int = 1
     context_parallel_rank: int = 0

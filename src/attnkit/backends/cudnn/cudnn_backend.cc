@@ -40,6 +40,9 @@ const BackendCaps& CudnnBackend::caps() {
     // soft-cap as a score modifier (with our own masks in that graph, cudnn_sdpa_graph.cc).
     c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
+    // cuDNN's paged graph loads whole pages and masks past seq_len_kv after the load (K4): a
+    // NaN-poisoned slot past a request's length made every row of its page NaN (issue 39).
+    c.reads_whole_pages = true;
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;
     // A capture shape's steps all run the cuDNN graph of its padded bucket (see the builder), so

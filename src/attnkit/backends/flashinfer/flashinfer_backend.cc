@@ -48,6 +48,9 @@ VariantCaps xqa_variant_caps(bool sinks) {
   for (auto* set : {&v.head_sizes, &v.group_sizes, &v.block_sizes}) std::sort(set->begin(), set->end());
   v.features = sinks ? FeatureSet{Feature::kSinks} : FeatureSet{};
   v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
+  // XQA's TMA brings whole pages into shared memory and masks the scores past the length there
+  // (K4): a NaN-poisoned tail gave NaN decodes at the Llama-3.1-8B shape (issue 39).
+  v.reads_whole_pages = true;
   return v;
 }
 // FlashInfer's own paged decode kernel (CUDA cores). Measured against the FA2 template's one-row
