@@ -280,6 +280,11 @@ void run_generate(const GenerateFlags& f) {
     longest = std::max(longest, p.size());
     total += p.size();
   }
+  ATTNKIT_REQUIRE(f.block_size >= 1, "--block-size", std::to_string(f.block_size), ">= 1 tokens per KV block");
+  const std::int64_t positions = model.arch.max_position_embeddings;
+  ATTNKIT_REQUIRE(static_cast<std::int64_t>(longest) + f.max_tokens <= positions, "longest --prompt-ids + --max-tokens",
+                  std::to_string(longest) + " + " + std::to_string(f.max_tokens),
+                  "<= the model's max_position_embeddings " + std::to_string(positions));
   ExecutorConfig ec;
   ec.platform = choose_platform(f.platform, f.backend);
   if (!f.backend.empty()) ec.backend = f.backend;

@@ -170,6 +170,7 @@ EngineConfig engine_config(const ServeBenchFlags& f, const std::vector<Trace>& t
     }
   }
   ATTNKIT_REQUIRE(f.kv_memory_mb >= 1, "--kv-memory-mb", std::to_string(f.kv_memory_mb), ">= 1");
+  ATTNKIT_REQUIRE(f.block_size >= 1, "--block-size", std::to_string(f.block_size), ">= 1 tokens per KV block");
   ATTNKIT_REQUIRE(f.max_num_seqs >= 0, "--max-num-seqs", std::to_string(f.max_num_seqs), ">= 1 (0: automatic)");
   EngineConfig c;
   ExecutorConfig& ec = c.executor;
@@ -238,12 +239,30 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   ATTNKIT_REQUIRE(file.good(), "--out", path.string(), "a writable directory");
 }
 
+// Before the model loads (minutes at 8B): the report folder exists or is made, and takes a file.
+void require_writable_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  ATTNKIT_REQUIRE(!ec, "--out", dir, "a directory that exists or can be created", ec.message());
+  const std::filesystem::path probe = std::filesystem::path(dir) / ".serve_bench_write_test";
+  {
+    std::ofstream file(probe);
+    ATTNKIT_REQUIRE(file.good(), "--out", dir, "a writable directory", "a file cannot be created in it");
+  }
+  std::filesystem::remove(probe, ec);
+}
+
 void run_serve_bench_command(const ServeBenchFlags& f) {
+  require_writable_dir(f.out);
   const LoadedModel model = load_model(f.model);
   const std::vector<Trace> traces = make_traces(f, model.arch);
+  for (const Trace& t : traces) {
+    ATTNKIT_REQUIRE(t.max_request_len() <= model.arch.max_position_embeddings,
+                    "the longest request (prompt + output lengths)", std::to_string(t.max_request_len()) + " tokens",
+                    "<= the model's max_position_embeddings " + std::to_string(model.arch.max_position_embeddings));
+  }
   const EngineConfig config = engine_config(f, traces);
   ATTNKIT_REQUIRE(f.warmup_requests >= 0, "--warmup-requests", std::to_string(f.warmup_requests), ">= 0");
-  std::filesystem::create_directories(f.out);
   const bool bar = !f.no_progress && isatty(STDERR_FILENO);
   std::vector<ServeBenchRun> runs;
   const std::filesystem::path dir(f.out);

@@ -296,6 +296,40 @@ std::int32_t to_int32(nb::handle value, const std::string& field) {
   return static_cast<std::int32_t>(v);
 }
 
+std::uint64_t to_uint64(nb::handle value, const std::string& field) {
+  if (PyBool_Check(value.ptr()) || !PyLong_Check(value.ptr())) {
+    throw Error(field, py_repr(value) + " (" + py_type_name(value) + ")", "an integer >= 0");
+  }
+  const unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(field, py_repr(value), "an integer in [0, 2^64)");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+float to_float(nb::handle value, const std::string& field) {
+  if (PyBool_Check(value.ptr()) || !(PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()))) {
+    throw Error(field, py_repr(value) + " (" + py_type_name(value) + ")", "a number");
+  }
+  const double d = PyFloat_AsDouble(value.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(field, py_repr(value), "a number a float holds");
+  }
+  return static_cast<float>(d);
+}
+
+bool to_bool(nb::handle value, const std::string& field) {
+  if (!PyBool_Check(value.ptr())) throw Error(field, py_repr(value) + " (" + py_type_name(value) + ")", "True or False");
+  return value.ptr() == Py_True;
+}
+
+std::string to_string_arg(nb::handle value, const std::string& field) {
+  if (!PyUnicode_Check(value.ptr())) throw Error(field, py_repr(value) + " (" + py_type_name(value) + ")", "a str");
+  return nb::cast<std::string>(value);
+}
+
 std::vector<std::int32_t> int_vector(nb::handle value, const std::string& field) {
   std::vector<std::int32_t> out;
   std::vector<std::int64_t> shape;

@@ -58,6 +58,12 @@ class Fields {
 
 // A Python int (anything with __index__) as int32; Error naming `field` otherwise.
 std::int32_t to_int32(nb::handle value, const std::string& field);
+// The same for the other scalar kinds an API argument may be: a non-negative int as uint64, a
+// number (not a bool) as float, a bool, a str. Error naming `field`, the value and its type.
+std::uint64_t to_uint64(nb::handle value, const std::string& field);
+float to_float(nb::handle value, const std::string& field);
+bool to_bool(nb::handle value, const std::string& field);
+std::string to_string_arg(nb::handle value, const std::string& field);
 // A 1-D sequence or array of integers (lists, tuples, NumPy arrays, CPU tensors).
 std::vector<std::int32_t> int_vector(nb::handle value, const std::string& field);
 // A 2-D table [rows][columns] of integers: a 2-D array, or a sequence of rows (rows may differ in

@@ -54,7 +54,38 @@ struct PyCompletion {
   std::vector<std::int32_t> prompt_token_ids;
   std::vector<std::int32_t> token_ids;
   std::string finish_reason;
+  std::string error;  // finish_reason "error": why the request failed
 };
+
+// A list of int lists ("stop_sequences", "prompts"): each item through int_vector.
+std::vector<std::vector<std::int32_t>> int_lists(nb::handle value, const std::string& field) {
+  if (!PySequence_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
+    throw Error(field, std::string(nb::str(nb::repr(value)).c_str()).substr(0, 80), "a list of lists of token ids");
+  }
+  std::vector<std::vector<std::int32_t>> out;
+  const auto n = static_cast<std::size_t>(PySequence_Size(value.ptr()));
+  for (std::size_t i = 0; i < n; ++i) {
+    nb::object item = nb::steal(PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
+    out.push_back(int_vector(item, field + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+PySamplingParams sampling_params_of(nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p,
+                                    nb::handle seed, nb::handle stop_token_ids, nb::handle stop_sequences,
+                                    nb::handle ignore_eos) {
+  PySamplingParams p;
+  p.max_tokens = to_int32(max_tokens, "max_tokens");
+  p.temperature = to_float(temperature, "temperature");
+  p.top_k = to_int32(top_k, "top_k");
+  p.top_p = to_float(top_p, "top_p");
+  p.seed = to_uint64(seed, "seed");
+  if (!stop_token_ids.is_none()) p.stop_token_ids = int_vector(stop_token_ids, "stop_token_ids");
+  if (!stop_sequences.is_none()) p.stop_sequences = int_lists(stop_sequences, "stop_sequences");
+  p.ignore_eos = to_bool(ignore_eos, "ignore_eos");
+  SamplingParams{p.temperature, p.top_k, p.top_p, p.seed}.validate();
+  return p;
+}
 
 // What the last generate() call's steps did, summed (the engine's own totals, as a dict).
 nb::dict totals_dict(const EngineTotals& t) {
@@ -77,37 +108,70 @@ class PyLLM {
       : model_(std::make_unique<LoadedModel>(load_model(model_dir))),
         engine_(std::make_unique<Engine>(*model_, std::move(config))) {}
 
-  std::vector<PyCompletion> generate(const std::vector<std::vector<std::int32_t>>& prompts, nb::handle sampling) {
+  // A request that fails alone (FinishReason::kError) comes back marked: finish_reason "error"
+  // and its reason; the call goes on for the others. An error of the engine itself (none is
+  // expected) gives up the call's requests before it is raised, so the LLM stays usable.
+  std::vector<PyCompletion> generate(nb::handle prompts_arg, nb::handle sampling) {
+    Engine& engine = open_engine();
+    const std::vector<std::vector<std::int32_t>> prompts = int_lists(prompts_arg, "prompts");
     const std::vector<PySamplingParams> params = sampling_per_prompt(prompts.size(), sampling);
     std::vector<std::int64_t> ids;
     try {
-      for (std::size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine_->add_request(params[i].spec(prompts[i])));
+      for (std::size_t i = 0; i < prompts.size(); ++i) ids.push_back(engine.add_request(params[i].spec(prompts[i])));
     } catch (const Error& e) {
       // One bad request refuses the whole call before anything runs: give up the ones queued.
-      for (std::int64_t id : ids) engine_->abort_request(id);
+      for (std::int64_t id : ids) engine.abort_request(id);
       throw Error("prompts[" + std::to_string(ids.size()) + "]." + e.field(), e.value(), e.allowed(), e.what());
     }
     totals_ = {};
-    {
+    try {
       nb::gil_scoped_release released;
-      while (engine_->has_unfinished_requests()) {
-        engine_->step();
-        totals_.add(engine_->last_step_stats());
+      while (engine.has_unfinished_requests()) {
+        engine.step();
+        totals_.add(engine.last_step_stats());
       }
+    } catch (...) {
+      for (std::int64_t id : ids) engine.abort_request(id);
+      throw;
     }
     return completions(prompts, ids);
   }
 
-  const Engine& engine() const { return *engine_; }
+  // Frees the engine and the model (the KV cache and weights with them); later calls raise
+  // attnkit.Error. Idempotent.
+  void close() {
+    engine_.reset();
+    model_.reset();
+  }
+  bool closed() const { return engine_ == nullptr; }
+  const Engine& engine() const { return const_cast<PyLLM*>(this)->open_engine(); }
   nb::dict last_run() const { return totals_dict(totals_); }
 
  private:
+  Engine& open_engine() {
+    ATTNKIT_REQUIRE(engine_ != nullptr, "LLM", "closed", "an open LLM", "close() freed its engine");
+    return *engine_;
+  }
+
   static std::vector<PySamplingParams> sampling_per_prompt(std::size_t n, nb::handle sampling) {
     if (sampling.is_none()) return std::vector<PySamplingParams>(n);
     if (nb::isinstance<PySamplingParams>(sampling)) {
       return std::vector<PySamplingParams>(n, nb::cast<PySamplingParams>(sampling));
     }
-    const auto list = nb::cast<std::vector<PySamplingParams>>(sampling);
+    constexpr const char* kAllowed = "a SamplingParams, a list of one per prompt, or None";
+    if (!PySequence_Check(sampling.ptr()) || PyUnicode_Check(sampling.ptr())) {
+      throw Error("sampling_params", std::string(nb::str(nb::repr(sampling)).c_str()).substr(0, 80), kAllowed);
+    }
+    std::vector<PySamplingParams> list;
+    const auto size = static_cast<std::size_t>(PySequence_Size(sampling.ptr()));
+    for (std::size_t i = 0; i < size; ++i) {
+      nb::object item = nb::steal(PySequence_GetItem(sampling.ptr(), static_cast<Py_ssize_t>(i)));
+      if (!nb::isinstance<PySamplingParams>(item)) {
+        throw Error("sampling_params[" + std::to_string(i) + "]",
+                    std::string(nb::str(nb::repr(item)).c_str()).substr(0, 80), "a SamplingParams");
+      }
+      list.push_back(nb::cast<PySamplingParams>(item));
+    }
     ATTNKIT_REQUIRE(list.size() == n, "sampling_params", std::to_string(list.size()) + " entries",
                     "one SamplingParams, or a list of one per prompt (" + std::to_string(n) + ")");
     return list;
@@ -118,7 +182,7 @@ class PyLLM {
     std::vector<PyCompletion> out;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       out.push_back({ids[i], prompts[i], engine_->generated(ids[i]),
-                     std::string(to_string(engine_->finish_reason(ids[i])))});
+                     std::string(to_string(engine_->finish_reason(ids[i]))), engine_->error(ids[i])});
     }
     return out;
   }
@@ -128,23 +192,27 @@ class PyLLM {
   EngineTotals totals_;
 };
 
-EngineConfig engine_config(const std::string& platform, std::optional<std::string> backend, std::int32_t max_num_seqs,
-                           std::int32_t max_num_batched_tokens, std::int32_t max_model_len, std::int32_t block_size,
-                           std::int64_t kv_memory_mb, bool enable_prefix_caching, bool chunked_prefill,
-                           std::vector<std::int32_t> capture_sizes, std::optional<bool> async_scheduling) {
+// LLM's keyword arguments, each checked by name (a wrong type is an attnkit.Error too).
+struct LLMArgs {
+  nb::handle platform, backend, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, kv_memory_mb,
+      enable_prefix_caching, chunked_prefill, capture_sizes, async_scheduling;
+};
+
+EngineConfig engine_config(const LLMArgs& a) {
+  const std::int32_t kv_memory_mb = to_int32(a.kv_memory_mb, "kv_memory_mb");
   ATTNKIT_REQUIRE(kv_memory_mb >= 1, "kv_memory_mb", std::to_string(kv_memory_mb), ">= 1");
   EngineConfig c;
-  c.executor.platform = to_platform(platform, "platform");
-  c.executor.backend = std::move(backend);
-  c.executor.max_num_reqs = max_num_seqs;
-  c.executor.max_num_tokens = max_num_batched_tokens;
-  c.executor.max_model_len = max_model_len;
-  c.executor.block_size = block_size;
+  c.executor.platform = to_platform(to_string_arg(a.platform, "platform"), "platform");
+  if (!a.backend.is_none()) c.executor.backend = to_string_arg(a.backend, "backend");
+  c.executor.max_num_reqs = to_int32(a.max_num_seqs, "max_num_seqs");
+  c.executor.max_num_tokens = to_int32(a.max_num_batched_tokens, "max_num_batched_tokens");
+  c.executor.max_model_len = to_int32(a.max_model_len, "max_model_len");
+  c.executor.block_size = to_int32(a.block_size, "block_size");
   c.executor.kv_memory_bytes = static_cast<std::size_t>(kv_memory_mb) << 20;
-  c.executor.capture_sizes = std::move(capture_sizes);
-  c.enable_prefix_caching = enable_prefix_caching;
-  c.chunked_prefill = chunked_prefill;
-  c.async_scheduling = async_scheduling;
+  if (!a.capture_sizes.is_none()) c.executor.capture_sizes = int_vector(a.capture_sizes, "capture_sizes");
+  c.enable_prefix_caching = to_bool(a.enable_prefix_caching, "enable_prefix_caching");
+  c.chunked_prefill = to_bool(a.chunked_prefill, "chunked_prefill");
+  if (!a.async_scheduling.is_none()) c.async_scheduling = to_bool(a.async_scheduling, "async_scheduling");
   return c;
 }
 
@@ -162,11 +230,14 @@ constexpr const char* kLLMDoc =
 
 constexpr const char* kGenerateDoc =
     "Generates for each prompt (a list of token ids) and returns one Completion per prompt, in order:\n"
-    "request_id, prompt_token_ids, token_ids (the generated ones) and finish_reason ('length',\n"
-    "'stop_token' or 'stop_sequence'). sampling_params: one SamplingParams for all, a list of one per\n"
-    "prompt, or None (greedy, 16 tokens). All prompts are queued first: a bad one (empty, a token id\n"
-    "outside the vocabulary, prompt + max_tokens over max_model_len, max_tokens < 1) raises\n"
-    "attnkit.Error naming prompts[i] and the field, and nothing runs. The GIL is released while steps run.";
+    "request_id, prompt_token_ids, token_ids (the generated ones), finish_reason ('length',\n"
+    "'stop_token', 'stop_sequence' or 'error') and error. sampling_params: one SamplingParams for all, a\n"
+    "list of one per prompt, or None (greedy, 16 tokens). All prompts are queued first: a bad one (empty,\n"
+    "a token id outside the vocabulary, prompt + max_tokens over max_model_len, max_tokens < 1, a prompt\n"
+    "the engine could never schedule) raises attnkit.Error naming prompts[i] and the field, and nothing\n"
+    "runs. A request that fails while running (its logits held a non-finite value) is not raised: its\n"
+    "Completion has finish_reason 'error', the reason in error and the tokens it had; every other\n"
+    "request gets the tokens it gets alone. The GIL is released while steps run.";
 
 }  // namespace
 
@@ -176,16 +247,14 @@ void bind_engine(nb::module_& m) {
       .def(nb::init<>())
       .def(
           "__init__",
-          [](PySamplingParams* p, std::int32_t max_tokens, float temperature, std::int32_t top_k, float top_p,
-             std::uint64_t seed, std::vector<std::int32_t> stop_token_ids,
-             std::vector<std::vector<std::int32_t>> stop_sequences, bool ignore_eos) {
-            new (p) PySamplingParams{max_tokens, temperature, top_k, top_p, seed, std::move(stop_token_ids),
-                                     std::move(stop_sequences), ignore_eos};
-            SamplingParams{temperature, top_k, top_p, seed}.validate();
+          [](PySamplingParams* p, nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p,
+             nb::handle seed, nb::handle stop_token_ids, nb::handle stop_sequences, nb::handle ignore_eos) {
+            new (p) PySamplingParams(sampling_params_of(max_tokens, temperature, top_k, top_p, seed, stop_token_ids,
+                                                        stop_sequences, ignore_eos));
           },
-          "max_tokens"_a = 16, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f, "seed"_a = 0,
-          "stop_token_ids"_a = std::vector<std::int32_t>{},
-          "stop_sequences"_a = std::vector<std::vector<std::int32_t>>{}, "ignore_eos"_a = false,
+          "max_tokens"_a.none() = 16, "temperature"_a.none() = 0.0f, "top_k"_a.none() = 0, "top_p"_a.none() = 1.0f,
+          "seed"_a.none() = 0, "stop_token_ids"_a.none() = nb::none(), "stop_sequences"_a.none() = nb::none(),
+          "ignore_eos"_a.none() = false,
           "temperature 0 is greedy (the lowest id on ties); top_k 0 keeps every token; top_p in (0, 1]. seed:\n"
           "with the number of tokens generated so far, it alone draws each token (on the step's platform, the\n"
           "same on CPU and CUDA), so a request's tokens never depend on the other requests of its steps.\n"
@@ -205,6 +274,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("prompt_token_ids", &PyCompletion::prompt_token_ids)
       .def_ro("token_ids", &PyCompletion::token_ids)
       .def_ro("finish_reason", &PyCompletion::finish_reason)
+      .def_ro("error", &PyCompletion::error, "Why the request failed (finish_reason 'error'), else ''.")
       .def("__repr__", [](const PyCompletion& c) {
         return "<attnkit.Completion " + std::to_string(c.request_id) + ": " + std::to_string(c.token_ids.size()) +
                " tokens, " + c.finish_reason + ">";
@@ -213,20 +283,35 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyLLM>(m, "LLM", kLLMDoc)
       .def(
           "__init__",
-          [](PyLLM* self, const std::string& model_dir, const std::string& platform, std::optional<std::string> backend,
-             std::int32_t max_num_seqs, std::int32_t max_num_batched_tokens, std::int32_t max_model_len,
-             std::int32_t block_size, std::int64_t kv_memory_mb, bool enable_prefix_caching, bool chunked_prefill,
-             std::vector<std::int32_t> capture_sizes, std::optional<bool> async_scheduling) {
-            new (self)
-                PyLLM(model_dir, engine_config(platform, std::move(backend), max_num_seqs, max_num_batched_tokens,
-                                               max_model_len, block_size, kv_memory_mb, enable_prefix_caching,
-                                               chunked_prefill, std::move(capture_sizes), async_scheduling));
+          [](PyLLM* self, nb::handle model_dir, nb::handle platform, nb::handle backend, nb::handle max_num_seqs,
+             nb::handle max_num_batched_tokens, nb::handle max_model_len, nb::handle block_size,
+             nb::handle kv_memory_mb, nb::handle enable_prefix_caching, nb::handle chunked_prefill,
+             nb::handle capture_sizes, nb::handle async_scheduling) {
+            const LLMArgs args{platform,      backend,      max_num_seqs,          max_num_batched_tokens,
+                               max_model_len, block_size,   kv_memory_mb,          enable_prefix_caching,
+                               chunked_prefill, capture_sizes, async_scheduling};
+            nb::object path = nb::steal(PyOS_FSPath(model_dir.ptr()));  // a str, or a path-like's str
+            if (!path.is_valid()) PyErr_Clear();
+            if (!path.is_valid() || !nb::isinstance<nb::str>(path)) {
+              throw Error("model_dir", std::string(nb::str(nb::repr(model_dir)).c_str()).substr(0, 80),
+                          "a str or path-like folder");
+            }
+            new (self) PyLLM(nb::cast<std::string>(path), engine_config(args));
           },
-          "model_dir"_a, "platform"_a = "auto", "backend"_a = nb::none(), "max_num_seqs"_a = 8,
-          "max_num_batched_tokens"_a = 512, "max_model_len"_a = 0, "block_size"_a = 16, "kv_memory_mb"_a = 64,
-          "enable_prefix_caching"_a = true, "chunked_prefill"_a = true, "capture_sizes"_a = std::vector<std::int32_t>{},
-          "async_scheduling"_a = nb::none())
-      .def("generate", &PyLLM::generate, "prompts"_a, "sampling_params"_a = nb::none(), kGenerateDoc)
+          "model_dir"_a.none(), "platform"_a.none() = "auto", "backend"_a.none() = nb::none(),
+          "max_num_seqs"_a.none() = 8, "max_num_batched_tokens"_a.none() = 512, "max_model_len"_a.none() = 0,
+          "block_size"_a.none() = 16, "kv_memory_mb"_a.none() = 64, "enable_prefix_caching"_a.none() = true,
+          "chunked_prefill"_a.none() = true, "capture_sizes"_a.none() = nb::none(),
+          "async_scheduling"_a.none() = nb::none())
+      .def("generate", &PyLLM::generate, "prompts"_a.none(), "sampling_params"_a.none() = nb::none(), kGenerateDoc)
+      .def("close", &PyLLM::close,
+           "Frees the engine, its KV cache and the model's weights now (instead of at garbage collection);\n"
+           "every later call raises attnkit.Error. Idempotent.")
+      .def_prop_ro("closed", &PyLLM::closed)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__exit__", [](PyLLM& l, nb::handle, nb::handle, nb::handle) { l.close(); }, nb::arg().none(),
+          nb::arg().none(), nb::arg().none(), "close() on leaving a with block.")
       .def("last_run", &PyLLM::last_run,
            "What the last generate() call's steps did: steps, decodes, prefill_chunks, graph_steps,\n"
            "cascade_steps, overlapped_steps (launched while the previous step ran: async scheduling),\n"

@@ -179,6 +179,19 @@ TEST_F(CliGenerateLogits, AnUnwritablePathIsRefusedBeforeTheModelLoads) {
   EXPECT_FALSE(has(run.out, "model ")) << "refused before loading the model: " << run.out;
 }
 
+// Issue 39: --block-size 0 died of SIGFPE; a prompt + max tokens past the model's positions ran.
+TEST_F(CliGenerateLogits, ABlockSizeOfZeroAndLengthsPastThePositionsAreRefused) {
+  const CliRun zero = generate({"--block-size", "0"});
+  EXPECT_FALSE(zero.crashed);
+  EXPECT_EQ(zero.exit_code, cli::kExitInvalidInput) << zero.both();
+  EXPECT_TRUE(has(zero.err, "--block-size = 0 is invalid")) << zero.err;
+  const CliRun past = run_cli({"generate", "--model", scratch_.sub("m"), "--platform", "cpu", "--prompt-ids", "5,9",
+                               "--max-tokens", "100000"});
+  EXPECT_EQ(past.exit_code, cli::kExitInvalidInput) << past.both();
+  EXPECT_TRUE(has(past.err, "longest --prompt-ids + --max-tokens")) << past.err;
+  EXPECT_TRUE(has(past.err, "max_position_embeddings")) << past.err;
+}
+
 TEST_F(CliGenerateLogits, HelpSaysWhatTheFileHolds) {
   const CliRun run = run_cli({"generate", "--help"});
   ASSERT_EQ(run.exit_code, cli::kExitOk) << run.both();

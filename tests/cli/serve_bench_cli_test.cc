@@ -104,6 +104,10 @@ TEST(CliServeBench, BadArgumentsNameTheFlag) {
       {{"--lengths", "fixed", "--output-len-range", "1:4"}, "--output-len-range = 1:4 is invalid"},
       {{"--num-requests", "4,5"}, "--num-requests = 2 values is invalid"},
       {{"--shared-prefix-fraction", "2"}, "--shared-prefix-fraction"},
+      {{"--block-size", "0"}, "--block-size = 0 is invalid"},
+      // Issue 39: requests past the model's positions (qwen3 small: 4096) were accepted.
+      {{"--lengths", "fixed", "--input-len", "4000", "--output-len", "100"},
+       "the longest request (prompt + output lengths) = 4100"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu",
@@ -112,6 +116,22 @@ TEST(CliServeBench, BadArgumentsNameTheFlag) {
     const CliRun run = run_cli(args);
     EXPECT_EQ(run.exit_code, cli::kExitInvalidInput) << run.both();
     EXPECT_TRUE(has(run.err, c.expected)) << run.err;
+  }
+}
+
+// Issue 39: an --out that cannot be written was an internal error (exit 3) after the model loaded.
+TEST(CliServeBench, AnUnwritableOutIsRefusedNamingTheFlag) {
+  const CliScratch scratch("serve_bench_out");
+  make_tiny(scratch);
+  {
+    std::ofstream file(scratch.sub("a_file"));
+    file << "not a folder";
+  }
+  for (const std::string out : {scratch.sub("a_file") + "/report", std::string("/proc/attnkit_no_such_dir")}) {
+    const CliRun run = run_cli({"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu", "--out", out,
+                                "--no-progress", "--num-requests", "2", "--concurrency", "1"});
+    EXPECT_EQ(run.exit_code, cli::kExitInvalidInput) << run.both();
+    EXPECT_TRUE(has(run.err, "--out = " + out + " is invalid")) << run.err;
   }
 }
 

@@ -273,3 +273,33 @@ TEST(Engine, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
 
 }  // namespace
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+using namespace engine_test;
+
+// Issue 39: what the engine could never run is refused up front, naming the field.
+TEST(EngineRefusals, AllLogitsAndUnschedulableRequestsAreRefused) {
+  const std::string model = tiny_model(ModelFamily::kLlama);
+  const std::int64_t vocab = load_model(model).arch.vocab_size;
+  EngineConfig all = small_engine();
+  all.executor.all_logits = true;
+  EXPECT_EQ(testing::field_of([&] { Engine e(load_model(model), all); }), "executor.all_logits");
+  EngineConfig whole = small_engine();
+  whole.chunked_prefill = false;
+  whole.max_num_batched_tokens = 32;
+  Engine engine(load_model(model), whole);
+  // 40 prompt tokens over a budget of 32 without chunks: every step used to throw after this.
+  EXPECT_EQ(testing::field_of([&] { engine.add_request(greedy(prompt_of(1, 40, vocab), 4)); }),
+            "prompt + max_tokens - 1");
+  // 30 + 4: a preempted recompute of 33 tokens would not fit either.
+  EXPECT_EQ(testing::field_of([&] { engine.add_request(greedy(prompt_of(2, 30, vocab), 4)); }),
+            "prompt + max_tokens - 1");
+  const std::int64_t ok = engine.add_request(greedy(prompt_of(3, 28, vocab), 4));
+  while (engine.has_unfinished_requests()) engine.step();
+  EXPECT_EQ(engine.generated(ok).size(), 4u);
+}
+
+}  // namespace
+}  // namespace attnkit

@@ -591,3 +591,54 @@ TEST(KVCacheManagerRandom, EveryHitHoldsTheTokensAskedFor) {
 
 }  // namespace
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+// E6: a failed request's blocks. Those it computed leave the cache and, held by nobody else, are
+// queued for re-poisoning; the cached prefix it only read stays cached and is not queued.
+TEST(KVCacheManagerDiscard, ComputedBlocksLeaveTheCacheAndAreQueuedTheSharedPrefixStays) {
+  std::mt19937 rng(3);
+  KVCacheManager kv(one_group(16, 4));
+  const Tokens system = random_tokens(rng, 8);  // two full blocks
+  run_prompt(kv, 1, concat(system, {7, 7}));
+  kv.free(1);  // its two system blocks stay cached
+  const Tokens failing = concat(system, random_tokens(rng, 9));  // 8 cached + 9 computed: 3 new blocks
+  ASSERT_EQ(kv.acquire_cached_prefix(2, failing), 8);
+  ASSERT_TRUE(kv.allocate(2, static_cast<std::int32_t>(failing.size())));
+  kv.commit(2, failing, static_cast<std::int32_t>(failing.size()));  // caches its next two full blocks
+  const std::vector<std::int32_t> blocks = row(kv, 2);
+  ASSERT_EQ(blocks.size(), 5u);
+  kv.discard(2);
+  std::vector<std::int32_t> queued = kv.take_discarded(0);
+  std::sort(queued.begin(), queued.end());
+  std::vector<std::int32_t> computed(blocks.begin() + 2, blocks.end());
+  std::sort(computed.begin(), computed.end());
+  EXPECT_EQ(queued, computed);
+  EXPECT_TRUE(kv.take_discarded(0).empty()) << "taken once";
+  // The same prompt again finds the system prompt only: nothing the failed request computed.
+  EXPECT_EQ(kv.acquire_cached_prefix(3, failing), 8);
+  EXPECT_EQ(field_of([&] { kv.take_discarded(1); }), "group");
+}
+
+// A computed block another request holds through the cache is forgotten but not queued (it is not
+// free); it goes back to the free list when that holder lets it go.
+TEST(KVCacheManagerDiscard, ABlockStillHeldIsForgottenNotQueued) {
+  std::mt19937 rng(4);
+  KVCacheManager kv(one_group(16, 4));
+  const Tokens prompt = random_tokens(rng, 9);
+  ASSERT_EQ(kv.acquire_cached_prefix(1, prompt), 0);
+  ASSERT_TRUE(kv.allocate(1, 9));
+  kv.commit(1, prompt, 9);  // blocks 0 and 1 cached
+  ASSERT_EQ(kv.acquire_cached_prefix(2, prompt), 8);  // another request holds both
+  const std::vector<std::int32_t> first = row(kv, 1);
+  kv.discard(1);
+  EXPECT_EQ(kv.take_discarded(0), std::vector<std::int32_t>{first[2]}) << "only the block nobody else holds";
+  EXPECT_EQ(kv.acquire_cached_prefix(3, prompt), 0) << "the forgotten blocks are found no more";
+  const std::int32_t before = kv.num_available_blocks(0);
+  kv.free(2);
+  EXPECT_EQ(kv.num_available_blocks(0), before + 2);
+}
+
+}  // namespace
+}  // namespace attnkit

@@ -155,3 +155,95 @@ def test_async_scheduling_gives_the_tokens_of_synchronous_steps(model_dir):
     assert got[0].finish_reason == "stop_token"
     assert sync.last_run()["overlapped_steps"] == 0
     assert overlapped.last_run()["overlapped_steps"] > 0
+
+
+def nan_token_model(tmp_path, token):
+    """A tiny Llama (untied LM head) whose embedding row `token` is NaN: a request reading it fails."""
+    import json
+    import struct
+
+    cli = os.environ["ATTNKIT_CLI"]
+    folder = tmp_path / "llama-nan"
+    subprocess.run([cli, "make-model", "--family", "llama", "--size", "tiny", "--seed", "6", "--dtype", "fp32",
+                    str(folder)], check=True, capture_output=True)
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack("<Q", bytes(data[:8]))
+    entry = json.loads(bytes(data[8:8 + length]))["model.embed_tokens.weight"]
+    assert entry["dtype"] == "F32"
+    hidden = entry["shape"][1]
+    start = 8 + length + entry["data_offsets"][0] + token * hidden * 4
+    data[start:start + hidden * 4] = np.full(hidden, np.nan, np.float32).tobytes()
+    path.write_bytes(bytes(data))
+    return str(folder)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_failing_request_comes_back_marked_and_the_others_complete(tmp_path, async_scheduling):
+    bad_token = 250
+    model = nan_token_model(tmp_path, bad_token)
+    params = attnkit.SamplingParams(max_tokens=6, ignore_eos=True)
+    prompts = [p for p in prompts_of(11, [5, 20, 9], vocab=200)]  # ids below 200: never the bad token
+    bad_prompt = prompts_of(12, [12], vocab=200)[0]
+    bad_prompt[4] = bad_token
+    with make_llm(model, async_scheduling=async_scheduling) as llm:
+        alone = [llm.generate([p], params)[0] for p in prompts]
+        if any(bad_token in c.token_ids for c in alone):
+            pytest.skip("the model generates the bad token")
+        out = llm.generate(prompts[:1] + [bad_prompt] + prompts[1:], params)
+        assert out[1].finish_reason == "error" and "non-finite" in out[1].error and out[1].token_ids == []
+        assert [c.token_ids for c in out[:1] + out[2:]] == [c.token_ids for c in alone]
+        assert all(c.finish_reason == "length" and c.error == "" for c in out[:1] + out[2:])
+        # The LLM serves the next call as before.
+        assert llm.generate(prompts[:1], params)[0].token_ids == alone[0].token_ids
+    assert llm.closed
+
+
+def test_close_frees_the_engine_and_later_calls_raise(model_dir):
+    llm = make_llm(model_dir)
+    assert not llm.closed
+    llm.close()
+    llm.close()  # idempotent
+    with pytest.raises(attnkit.Error) as info:
+        llm.generate([[3, 4, 5]])
+    assert info.value.field == "LLM" and info.value.value == "closed"
+    with pytest.raises(attnkit.Error):
+        _ = llm.backend
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(max_num_seqs="4"), "max_num_seqs"),
+        (dict(max_num_seqs=4.0), "max_num_seqs"),
+        (dict(platform=3), "platform"),
+        (dict(backend=7), "backend"),
+        (dict(enable_prefix_caching="yes"), "enable_prefix_caching"),
+        (dict(capture_sizes="8"), "capture_sizes"),
+        (dict(async_scheduling=1), "async_scheduling"),
+        (dict(kv_memory_mb=None), "kv_memory_mb"),
+    ],
+)
+def test_wrong_argument_types_are_attnkit_errors_naming_the_argument(model_dir, kwargs, field):
+    with pytest.raises(attnkit.Error) as info:
+        make_llm(model_dir, **kwargs)
+    assert info.value.field == field
+
+
+def test_wrong_types_in_generate_and_sampling_params_are_attnkit_errors(model_dir):
+    with pytest.raises(attnkit.Error) as info:
+        attnkit.LLM(42)
+    assert info.value.field == "model_dir"
+    for kwargs, field in [(dict(max_tokens="3"), "max_tokens"), (dict(temperature="hot"), "temperature"),
+                          (dict(seed=-1), "seed"), (dict(ignore_eos=1), "ignore_eos"),
+                          (dict(stop_token_ids=[1, "a"]), "stop_token_ids"),
+                          (dict(stop_sequences=[[1], "ab"]), "stop_sequences[1]")]:
+        with pytest.raises(attnkit.Error) as info:
+            attnkit.SamplingParams(**kwargs)
+        assert info.value.field.startswith(field), (kwargs, info.value.field)
+    llm = make_llm(model_dir)
+    for prompts, params, field in [("abc", None, "prompts"), ([[3, 4], "x"], None, "prompts[1]"),
+                                   ([[3, 4]], "greedy", "sampling_params"), ([[3, 4]], [3], "sampling_params[0]")]:
+        with pytest.raises(attnkit.Error) as info:
+            llm.generate(prompts, params)
+        assert info.value.field.startswith(field), (prompts, params, info.value.field)

@@ -35,12 +35,14 @@ namespace {
 struct Shape {
   const char* name;
   int q_heads, kv_heads, head_size, page, window;
+  DType kv_dtype = DType::kBFloat16;
 };
 // The attention shapes of the models the executor runs (heads, head size), at the pages the
 // kernels are instantiated for.
 const Shape kShapes[] = {
     {"llama8b_p16", 32, 8, 128, 16, 0}, {"llama8b_p64", 32, 8, 128, 64, 0}, {"llama1b_p16", 32, 8, 64, 16, 0},
     {"qwen3_0p6b_p16", 16, 8, 128, 16, 0}, {"window_p16", 8, 4, 128, 16, 24},
+    {"llama8b_e4m3_p16", 32, 8, 128, 16, 0, DType::kFp8E4M3},
 };
 
 // Every declared kernel variant of every CUDA backend in this build, pinned as BACKEND:variant.
@@ -55,7 +57,7 @@ std::vector<std::string> cuda_variants() {
   return out;
 }
 
-RunnerConfig gpu_config(const std::string& backend) {
+RunnerConfig gpu_config(const std::string& backend, const Shape& s) {
   const GpuProbe p = probe_gpu();
   RunnerConfig c;
   c.platform = Platform::cuda(p.compute_capability, p.device_name);
@@ -64,6 +66,7 @@ RunnerConfig gpu_config(const std::string& backend) {
   c.max_num_tokens = 256;
   c.max_model_len = 512;
   c.num_manager_blocks = 96;
+  if (is_fp8(s.kv_dtype)) c.k_scale = c.v_scale = 1.0f;  // the driver's values are within e4m3's range
   return c;
 }
 
@@ -71,7 +74,7 @@ std::vector<LayerSpec> layers_of(const Shape& s) {
   std::vector<LayerSpec> layers;
   for (int l = 0; l < 2; ++l) {
     layers.push_back(attention_layer("layers." + std::to_string(l) + ".attn", s.q_heads, s.kv_heads, s.head_size,
-                                     s.page, s.window, DType::kBFloat16, DType::kBFloat16));
+                                     s.page, s.window, DType::kBFloat16, s.kv_dtype));
   }
   return layers;
 }
@@ -89,7 +92,7 @@ const std::vector<std::vector<StepRequest>> kSteps = {
 // The runner of a variant at a shape, or the selection's reason it does not run there.
 std::unique_ptr<ModelRunner> runner_for(const std::string& variant, const Shape& s, std::string& refused) {
   try {
-    return std::make_unique<ModelRunner>(layers_of(s), gpu_config(variant));
+    return std::make_unique<ModelRunner>(layers_of(s), gpu_config(variant, s));
   } catch (const Error& e) {
     refused = e.what();
     return nullptr;
@@ -143,10 +146,11 @@ TEST_P(PoisonedCache, DeclarationMatchesTheKernel) {
     SCOPED_TRACE(std::string(GetParam()) + " at " + s.name);
     const Selection& sel = runner->selection(runner->layer_id_at(0));
     const bool whole = reads_whole_pages(sel.backend->caps(), sel.variant);
-    const std::uint16_t nan_bits = 0x7FC0;  // a bfloat16 quiet NaN
     for (std::int32_t l = 0; l < runner->num_layers(); ++l) {
       const KVCacheView& kv = runner->kv_cache(runner->layer_id_at(l));
-      runner->kv_memory().fill(kv.data, kv.num_bytes(), &nan_bits, sizeof nan_bits);
+      unsigned char nan_bits[2] = {};  // a quiet NaN of the cache dtype (bf16 0x7FC0, e4m3 0x7F)
+      store_float(nan_bits, 0, kv.dtype, std::nanf(""));
+      runner->kv_memory().fill(kv.data, kv.num_bytes(), nan_bits, size_of(kv.dtype));
     }
     RunnerDriver driver(*runner, 39);
     driver.set_relative_tolerance(std::ldexp(1.0, -6));

@@ -9,7 +9,9 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/metadata/forward_context.h"
+#include "attnkit/platform/platform.h"
 #include "attnkit/runner/model_runner.h"
+#include "attnkit/selection/registry.h"
 #include "support/runner_driver.h"
 
 namespace attnkit::testing {
@@ -176,16 +178,50 @@ TEST(GraphSupport, TheMinimumOverGroupsDecidesTheWholeChain) {
   EXPECT_EQ(runner.graph_mode(), GraphMode::kPiecewise);  // mixed
 }
 
-TEST(GraphSupport, PlanStepRefusesAStepTheChainRunsPiecewise) {
+// plan_step prepares a CUDA graph's replay: on the CPU platform there is none, so it is refused
+// before anything changes (it used to count every layer as run, and the next step read KV that no
+// replay wrote).
+TEST(GraphSupport, PlanStepIsRefusedOnTheCpuPlatform) {
   RunnerConfig config = small_runner_config();
-  config.backend = "CSR_PLAN";  // uniform single-token decode only
+  config.backend = "CSR_PLAN";
   ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, config);
+  RunnerDriver driver(runner, 84);
+  driver.step({{0, 9}, {1, 4}});
+  driver.prepare({{0, 1}, {1, 1}});
+  runner.abandon_step();
+  try {
+    runner.plan_step(driver.step_input());
+    FAIL() << "plan_step on the CPU platform";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan_step");
+    EXPECT_EQ(e.value(), "the cpu platform");
+  }
+  driver.step({{0, 1}, {1, 1}});  // the eager path goes on as before
+}
+
+// On the GPU: a step the chain runs piecewise is refused, and a plan_step whose replay was never
+// launched (no plan_consumed) is refused at the next step.
+TEST(GraphSupport, PlanStepRefusesAPiecewiseStepAndAReplayNeverLaunched) {
+  if (!probe_gpu().available()) GTEST_SKIP() << "no GPU here";
+  if (find_backend("FLASHINFER") == nullptr) GTEST_SKIP() << "FLASHINFER (uniform single-token decode) not built";
+  const GpuProbe gpu = probe_gpu();
+  RunnerConfig config = small_runner_config();
+  config.platform = Platform::cuda(gpu.compute_capability, gpu.device_name);
+  config.backend = "FLASHINFER";
+  ModelRunner runner({attention_layer("attn", 4, 1, 128, 16, 0, DType::kBFloat16, DType::kBFloat16)}, config);
   RunnerDriver driver(runner, 84);
   driver.step({{0, 9}, {1, 4}});
   driver.prepare({{0, 1}, {1, 1}});
   runner.abandon_step();  // the eager plan gives way to the replay's plan of the same step
   EXPECT_NO_THROW(runner.plan_step(driver.step_input())) << "decode-only: a captured step may replay it";
-  driver.prepare({{0, 1}, {1, 3}});  // the replay ran every layer: the next step may be prepared
+  try {
+    driver.prepare({{0, 1}, {1, 3}});
+    FAIL() << "a step after a plan_step whose replay was never launched";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan_step");
+  }
+  runner.abandon_step();  // the engine gives the unlaunched replay up
+  driver.prepare({{0, 1}, {1, 3}});
   runner.abandon_step();
   try {
     runner.plan_step(driver.step_input());

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <string>
+
+#include "attnkit/core/error.h"
 
 namespace attnkit {
 
@@ -117,6 +120,11 @@ std::uint64_t CachingBlockPool::insert(std::int32_t block, std::uint64_t hash, s
   bucket_next_[i] = bucket_head_[bucket];
   bucket_head_[bucket] = block;
   return serial_[i];
+}
+
+void CachingBlockPool::forget(std::int32_t block) {
+  ATTNKIT_REQUIRE(ref_count_[idx(block)] > 0, "block", std::to_string(block), "a held block");
+  if (is_cached(block)) uncache(block);
 }
 
 void CachingBlockPool::uncache(std::int32_t block) {

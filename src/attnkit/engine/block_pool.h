@@ -45,6 +45,10 @@ class CachingBlockPool {
   // and any other block becomes free.
   void release(std::int32_t block);
 
+  // A held block leaves the cache (its holders keep it; once released it becomes free, never
+  // evictable): its contents are not to be found again.
+  void forget(std::int32_t block);
+
   // Every evictable block leaves the cache and becomes free (blocks still held keep their
   // entries). Returns how many were dropped.
   std::int32_t drop_evictable();

@@ -29,6 +29,7 @@ std::string_view to_string(FinishReason reason) {
     case FinishReason::kLength: return "length";
     case FinishReason::kStopToken: return "stop_token";
     case FinishReason::kStopSequence: return "stop_sequence";
+    case FinishReason::kError: return "error";
   }
   return "?";
 }
@@ -118,6 +119,8 @@ class Engine::Impl {
   void fill_step_requests(const ScheduleResult& plan, LaunchedStep& step);
   void collect_step();
   void finish_chunk(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index);
+  void fail_request(EngineRequest& r, const std::string& why);
+  void repoison_discarded();
   FinishReason stop_reason(const EngineRequest& r, std::size_t end) const;
   // The step's requests as the executor takes them (storage reused across steps).
   std::vector<StepRequest> step_requests_;
@@ -125,7 +128,7 @@ class Engine::Impl {
   bool async_ = false;
   std::array<LaunchedStep, ModelExecutor::kMaxInFlight> launched_;
   std::size_t first_ = 0, num_in_flight_ = 0;
-  std::int64_t steps_launched_ = 0;
+  std::int64_t steps_launched_ = 0, steps_collected_ = 0;
   // Host time inside step() while no step was in flight, since the last launch (host_gap_us).
   Clock::time_point idle_since_ = Clock::now();
   double idle_us_ = 0;
@@ -141,6 +144,9 @@ EngineConfig with_defaults(EngineConfig c) {
   ATTNKIT_REQUIRE(c.max_num_seqs >= 1 && c.max_num_seqs <= c.executor.max_num_reqs, "max_num_seqs",
                   std::to_string(c.max_num_seqs),
                   "[1, executor.max_num_reqs " + std::to_string(c.executor.max_num_reqs) + "]");
+  ATTNKIT_REQUIRE(!c.executor.all_logits, "executor.all_logits", "true", "false",
+                  "the engine samples every request's token on the step's platform; all logits are an executor "
+                  "option for validation (ModelExecutor::execute with StepResult::kLogits)");
   if (!c.async_scheduling) c.async_scheduling = c.executor.platform.kind == PlatformKind::kCuda;
   return c;
 }
@@ -166,6 +172,16 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
   const std::int64_t total = static_cast<std::int64_t>(spec.prompt.size()) + spec.max_tokens;
   ATTNKIT_REQUIRE(total <= executor_.max_model_len(), "prompt + max_tokens", std::to_string(total),
                   "<= max_model_len " + std::to_string(executor_.max_model_len()));
+  // Without chunked prefill a prompt runs in one step, and so does a preempted request's recompute
+  // of everything it has (at most prompt + max_tokens - 1): both must fit the step's token budget.
+  if (!config_.chunked_prefill) {
+    ATTNKIT_REQUIRE(total - 1 <= config_.max_num_batched_tokens, "prompt + max_tokens - 1",
+                    std::to_string(total - 1) + " tokens",
+                    "<= max_num_batched_tokens " + std::to_string(config_.max_num_batched_tokens) +
+                        " with chunked_prefill off",
+                    "a prompt (or a preempted request's recompute of its tokens so far) runs in one step then; "
+                    "a longer one could never be scheduled");
+  }
   // The longest this request can grow must fit the KV pool alone (then preemption always makes room).
   const std::int32_t blocks = static_cast<std::int32_t>((total + executor_.block_size() - 1) / executor_.block_size());
   for (std::int32_t g = 0; g < executor_.num_kv_groups(); ++g) {
@@ -235,6 +251,12 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
   --r.steps_in_flight;
   if (r.state == RequestState::kFinished) {
     if (r.steps_in_flight == 0) scheduler_.release_blocks(r);
+    return;
+  }
+  if (step.non_finite[index] != 0) [[unlikely]] {
+    // Before its blocks are committed: nothing it computed in this step reaches the prefix cache.
+    fail_request(r, "the model produced a non-finite logit for this request (step " +
+                        std::to_string(steps_collected_) + ")");
     return;
   }
   // Only known tokens are hashed: those before the chunk's end, every placeholder among them
@@ -334,7 +356,18 @@ bool Engine::Impl::launch_step(bool overlapped) {
     step.stats.host_gap_us = idle_us_ + us_since(idle_since_);
     idle_us_ = 0;
   }
-  executor_.launch(step_requests_, step.result);
+  try {
+    executor_.launch(step_requests_, step.result);
+  } catch (const Error& e) {
+    // Nothing was launched. With a step in flight the plan is dropped (the scheduler plans the same
+    // chunks again once that step is collected: allocation is idempotent, nothing was counted);
+    // without one, the plan's requests fail (the executor refused them as a step).
+    if (!overlapped) {
+      for (const LaunchedChunk& c : step.chunks) fail_request(*c.request, std::string("its step failed: ") + e.what());
+      repoison_discarded();
+    }
+    return false;
+  }
   for (std::size_t i = 0; i < step.chunks.size(); ++i) {
     LaunchedChunk& c = step.chunks[i];
     EngineRequest& r = *c.request;
@@ -352,12 +385,59 @@ bool Engine::Impl::launch_step(bool overlapped) {
   return true;
 }
 
-// The oldest step in flight: its tokens (the one wait), its chunks finished in order.
+// E6 (issue 39): one request fails alone. It is finished with FinishReason::kError and `why`,
+// reported once, and its blocks go back discarded (never cached; re-poisoned before reuse) when no
+// step in flight writes them any more; every other request goes on as if it had never run.
+void Engine::Impl::fail_request(EngineRequest& r, const std::string& why) {
+  r.tokens.resize(r.tokens.size() - static_cast<std::size_t>(r.num_pending));  // never sampled
+  r.num_pending = 0;
+  r.finish_reason = FinishReason::kError;
+  r.error = why;
+  scheduler_.remove(r, /*keep_blocks=*/r.steps_in_flight > 0);
+  r.state = RequestState::kFinished;
+  RequestOutput out;
+  out.request_id = r.id;
+  out.finished = true;
+  out.finish_reason = FinishReason::kError;
+  out.error = why;
+  outputs_.push_back(std::move(out));
+}
+
+// Blocks that failed requests gave back hold what they wrote: back to the cache's poison before an
+// allocation can hand them out (a kernel that reads whole pages would meet them past a later
+// owner's length). Rare, synchronous.
+void Engine::Impl::repoison_discarded() {
+  for (std::int32_t g = 0; g < kv_.num_groups(); ++g) {
+    const std::vector<std::int32_t> blocks = kv_.take_discarded(g);
+    if (!blocks.empty()) executor_.repoison_blocks(g, blocks);
+  }
+}
+
+// The oldest step in flight: its tokens (the one wait), its chunks finished in order. A step whose
+// collect fails (a device error) fails each of its requests; the engine goes on.
 void Engine::Impl::collect_step() {
-  const StepOutput& out = executor_.collect();
   const LaunchedStep& step = in_flight(0);
+  const StepOutput* collected = nullptr;
+  std::string failure;
+  try {
+    collected = &executor_.collect();
+  } catch (const Error& e) {
+    failure = e.what();
+  }
   first_ = (first_ + 1) % launched_.size();
   --num_in_flight_;
+  ++steps_collected_;
+  if (collected == nullptr) [[unlikely]] {
+    stats_ = step.stats;
+    for (const LaunchedChunk& c : step.chunks) {
+      --c.request->steps_in_flight;
+      if (c.request->state != RequestState::kFinished) fail_request(*c.request, "its step failed: " + failure);
+      else if (c.request->steps_in_flight == 0) scheduler_.release_blocks(*c.request);
+    }
+    repoison_discarded();
+    return;
+  }
+  const StepOutput& out = *collected;
   if (num_in_flight_ == 0) idle_since_ = Clock::now();  // the device has nothing of ours from here
   stats_ = step.stats;
   stats_.model = out.times;
@@ -367,6 +447,7 @@ void Engine::Impl::collect_step() {
                                              : step.stats.host_gap_us + out.times.prepare_step;
   const Clock::time_point t1 = Clock::now();
   for (std::size_t i = 0; i < step.chunks.size(); ++i) finish_chunk(step.chunks[i], out, i);
+  repoison_discarded();  // a failed request's blocks come back here or at a later collect
   stats_.sample_us = us_since(t1);
 }
 
@@ -405,6 +486,7 @@ std::vector<std::int32_t> Engine::generated(std::int64_t request_id) const {
 }
 RequestState Engine::state(std::int64_t request_id) const { return impl_->request(request_id).state; }
 FinishReason Engine::finish_reason(std::int64_t request_id) const { return impl_->request(request_id).finish_reason; }
+const std::string& Engine::error(std::int64_t request_id) const { return impl_->request(request_id).error; }
 std::int32_t Engine::num_available_blocks(std::int32_t group) const { return impl_->kv_.num_available_blocks(group); }
 std::int32_t Engine::reset_prefix_cache() {
   ATTNKIT_REQUIRE(!impl_->has_unfinished(), "reset_prefix_cache", "requests unfinished or a step in flight",

@@ -56,7 +56,10 @@ struct RequestSpec {
 };
 
 enum class RequestState : std::uint8_t { kWaiting, kRunning, kPreempted, kFinished };
-enum class FinishReason : std::uint8_t { kNone, kLength, kStopToken, kStopSequence };
+// kError: the request failed alone (its logits held a non-finite value, or a step that computed
+// it failed): it is finished, its blocks are freed and re-poisoned (never cached), and the other
+// requests go on as if it had never run. Engine::error says why.
+enum class FinishReason : std::uint8_t { kNone, kLength, kStopToken, kStopSequence, kError };
 std::string_view to_string(RequestState state);
 std::string_view to_string(FinishReason reason);
 
@@ -64,9 +67,10 @@ std::string_view to_string(FinishReason reason);
 // tokens it completes; a plain value, so a step's outputs allocate nothing per request).
 struct RequestOutput {
   std::int64_t request_id = 0;
-  std::int32_t new_token = -1;
+  std::int32_t new_token = -1;  // -1 for a request that failed this step
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
+  std::string error;  // FinishReason::kError: why (empty otherwise, so no allocation)
 };
 
 // What one step did, for serve-bench's split and reports.
@@ -129,6 +133,8 @@ class Engine {
   std::vector<std::int32_t> generated(std::int64_t request_id) const;
   RequestState state(std::int64_t request_id) const;
   FinishReason finish_reason(std::int64_t request_id) const;
+  // Why a request finished with FinishReason::kError ("" otherwise).
+  const std::string& error(std::int64_t request_id) const;
   // KV blocks of a group that an allocation may take now (free ones and cached ones nothing
   // references): with no request unfinished, every block but the null block.
   std::int32_t num_available_blocks(std::int32_t group) const;

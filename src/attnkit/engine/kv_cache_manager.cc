@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "attnkit/core/error.h"
 #include "attnkit/engine/block_pool.h"
@@ -34,6 +36,7 @@ struct RequestBlocks {
   std::vector<std::uint64_t> hashes;             // chained hash of each full committed block
   std::vector<std::int32_t> released;            // per group: rows[g][0, released[g]) are 0
   std::int32_t num_computed = 0;                 // the last commit's (or the cached prefix's)
+  std::size_t acquired_blocks = 0;               // rows[g][0, acquired_blocks) came from the cache
 
   void reset(std::size_t num_groups) {
     rows.resize(num_groups);
@@ -43,6 +46,7 @@ struct RequestBlocks {
     hashes.clear();
     released.assign(num_groups, 0);
     num_computed = 0;
+    acquired_blocks = 0;
   }
 };
 
@@ -79,6 +83,11 @@ class KVCacheManager::Impl {
   void commit(std::int64_t request, std::span<const std::int32_t> tokens, std::int32_t num_computed);
   std::span<const std::int32_t> blocks(std::int64_t request, std::int32_t group) const;
   void free(std::int64_t request);
+  void discard(std::int64_t request);
+  std::vector<std::int32_t> take_discarded(std::int32_t group) {
+    check_group(group);
+    return std::exchange(discarded_[static_cast<std::size_t>(group)], {});
+  }
   std::int32_t num_available_blocks(std::int32_t group) const;
   std::int32_t drop_cached_blocks() {
     std::int32_t dropped = 0;
@@ -103,6 +112,7 @@ class KVCacheManager::Impl {
   std::unordered_map<std::int64_t, RequestBlocks> requests_;
   std::vector<RequestBlocks> spare_;  // freed requests' storage, reused by the next ones
   std::vector<std::int32_t> found_;   // per group: the block matched at the current prefix block
+  std::vector<std::vector<std::int32_t>> discarded_;  // per group: freed by discard(), not yet taken
 };
 
 KVCacheManager::Impl::Impl(KVCacheManagerConfig config) : config_(std::move(config)) {
@@ -111,6 +121,7 @@ KVCacheManager::Impl::Impl(KVCacheManagerConfig config) : config_(std::move(conf
   pools_.reserve(config_.groups.size());
   for (const KVGroupPoolConfig& g : config_.groups) pools_.emplace_back(g.num_blocks, g.block_size);
   found_.resize(config_.groups.size());
+  discarded_.resize(config_.groups.size());
 }
 
 RequestBlocks& KVCacheManager::Impl::registered(std::int64_t request) {
@@ -173,6 +184,7 @@ std::int32_t KVCacheManager::Impl::match_prefix(RequestBlocks& r, std::span<cons
       r.chain[g].push_back({found_[g], pools_[g].serial(found_[g])});
     }
     r.hashes.push_back(hash);
+    r.acquired_blocks = j + 1;
     parent_hash = hash;
   }
   return static_cast<std::int32_t>(max_blocks * block);
@@ -291,6 +303,23 @@ void KVCacheManager::Impl::free(std::int64_t request) {
   requests_.erase(request);
 }
 
+void KVCacheManager::Impl::discard(std::int64_t request) {
+  RequestBlocks& r = registered(request);
+  for (std::size_t g = 0; g < pools_.size(); ++g) {
+    const auto& row = r.rows[g];
+    for (std::size_t j = row.size(); j-- > 0;) {
+      const std::int32_t id = row[j];
+      if (id == 0) continue;
+      const bool own = j >= r.acquired_blocks;  // computed by this request, not found in the cache
+      if (own) pools_[g].forget(id);
+      pools_[g].release(id);
+      if (own && pools_[g].ref_count(id) == 0) discarded_[g].push_back(id);
+    }
+  }
+  spare_.push_back(std::move(r));
+  requests_.erase(request);
+}
+
 std::int32_t KVCacheManager::Impl::num_available_blocks(std::int32_t group) const {
   check_group(group);
   return pools_[static_cast<std::size_t>(group)].num_available();
@@ -316,6 +345,8 @@ std::span<const std::int32_t> KVCacheManager::blocks(std::int64_t request, std::
   return impl_->blocks(request, group);
 }
 void KVCacheManager::free(std::int64_t request) { impl_->free(request); }
+void KVCacheManager::discard(std::int64_t request) { impl_->discard(request); }
+std::vector<std::int32_t> KVCacheManager::take_discarded(std::int32_t group) { return impl_->take_discarded(group); }
 std::int32_t KVCacheManager::num_available_blocks(std::int32_t group) const {
   return impl_->num_available_blocks(group);
 }

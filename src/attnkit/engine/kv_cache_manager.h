@@ -55,6 +55,13 @@ class KVCacheManager {
   std::span<const std::int32_t> blocks(std::int64_t request, std::int32_t group) const;
   // Drops the request's references: full cached blocks stay cached (evictable), others free.
   void free(std::int64_t request);
+  // A failed request's references dropped: the blocks it computed itself (not those of its cached
+  // prefix) leave the prefix cache, and those nothing else holds become free and are queued in
+  // take_discarded, since they may hold its non-finite K/V.
+  void discard(std::int64_t request);
+  // The blocks discard() freed in `group` since the last call (the engine re-poisons them before
+  // any allocation can hand them out again).
+  std::vector<std::int32_t> take_discarded(std::int32_t group);
   // Blocks that an allocation may take in `group` (free plus evictable cached ones).
   std::int32_t num_available_blocks(std::int32_t group) const;
   // Forgets every cached block no request holds, in every group (they become free): later

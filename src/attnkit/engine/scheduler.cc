@@ -24,7 +24,13 @@ void Scheduler::remove(EngineRequest& request, bool keep_blocks) {
 }
 
 void Scheduler::release_blocks(EngineRequest& request) {
-  if (request.holds_blocks) kv_.free(request.id);
+  if (request.holds_blocks) {
+    if (request.finish_reason == FinishReason::kError) {
+      kv_.discard(request.id);  // its blocks may hold non-finite K/V: uncached, re-poisoned
+    } else {
+      kv_.free(request.id);
+    }
+  }
   request.holds_blocks = false;
 }
 

@@ -32,6 +32,9 @@ struct EngineRequest {
   RequestState state = RequestState::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   bool holds_blocks = false;         // acquired its cached prefix / allocated blocks
+  // Failed (FinishReason::kError): its blocks are discarded when released (never cached, queued
+  // for re-poisoning: KVCacheManager::discard), since they may hold its non-finite values.
+  std::string error;
   // Async scheduling: placeholders at the end of `tokens` for tokens an in-flight step is still
   // sampling, the launched steps not yet collected that compute some of this request's tokens,
   // and the last step it was launched in (the engine's step number, its index in that step).

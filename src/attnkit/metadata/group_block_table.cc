@@ -59,6 +59,7 @@ GroupBlockTable::GroupBlockTable(const GroupBlockTableConfig& config) : config_(
   // At most every token starts a page, plus a partial page per request: a bound on one step's writes.
   written_list_.assign(std::min(pages, static_cast<std::size_t>(config_.max_num_tokens) + 2 * reqs), 0);
   request_pages_.assign(reqs, RequestPages{});
+  if (config_.check_context_written && attention) filled_.assign(pages, 0);
   const int b = g.kernel_block_size;
   if (b > 0 && (b & (b - 1)) == 0) page_shift_ = std::countr_zero(static_cast<unsigned>(b));
 }
@@ -79,7 +80,7 @@ GroupBlockTable::RequestPages GroupBlockTable::pages_of(std::int32_t r, const Co
   // Shifts for the (usual) power-of-two page: this runs per request per step.
   const std::int32_t pages = page_shift_ >= 0 ? (stored + b - 1) >> page_shift_ : ceil_div(stored, b);
   // A rank may store none of the step's tokens: then it writes nothing.
-  return {pages, first < stored ? (page_shift_ >= 0 ? first >> page_shift_ : first / b) : pages};
+  return {pages, first < stored ? (page_shift_ >= 0 ? first >> page_shift_ : first / b) : pages, first, stored};
 }
 
 std::int32_t GroupBlockTable::kernel_page(const ManagerBlockTable& rows, std::int32_t r, std::int32_t page) const {
@@ -101,10 +102,13 @@ void GroupBlockTable::check_rows_argument(const ManagerBlockTable& rows, std::in
 void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows) {
   const auto limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
   const std::int32_t k = config_.geometry.blocks_per_manager_block();
+  // Host lengths that are upper bounds (D2) say nothing exact about which slots get written.
+  const bool fill = !filled_.empty() && tmpl.cpu_lengths_exact;
   for (std::int32_t r = 0; r < tmpl.num_reqs; ++r) {
     const RequestPages p = pages_of(r, tmpl);
     request_pages_[static_cast<std::size_t>(r)] = p;
     if (p.pages > rows.row_stride * k) continue;  // copy_rows names the short row
+    if (fill) check_and_fill(r, p, rows);
     for (std::int32_t page = p.first_written; page < p.pages; ++page) {
       const std::int32_t block = rows.row(r)[static_cast<std::size_t>(page / k)];
       if (static_cast<std::uint32_t>(block) >= limit) [[unlikely]] throw_block_out_of_range(r, rows.row(r));
@@ -123,6 +127,43 @@ void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const Ma
       written_list_[num_written_++] = static_cast<std::int32_t>(physical);
     }
   }
+}
+
+// check_context_written, per request (two lookups and the pages it writes): the page of its last
+// context slot must hold that slot written, then the pages it writes record their new fill (a
+// write at slot 0 starts a page's life over: a freed page reused by another request).
+void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows) {
+  const std::int32_t b = config_.geometry.kernel_block_size;
+  const std::uint32_t limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
+  const std::int32_t k = config_.geometry.blocks_per_manager_block();
+  if (p.context > 0) {
+    const std::int32_t last = p.context - 1;
+    if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(last / b / k)]) >= limit) [[unlikely]] {
+      throw_block_out_of_range(r, rows.row(r));
+    }
+    const auto page = static_cast<std::size_t>(kernel_page(rows, r, last / b));
+    if (filled_[page] <= last % b) [[unlikely]] throw_context_unwritten(r, p, static_cast<std::int32_t>(page));
+  }
+  for (std::int32_t page = p.first_written; page < p.pages; ++page) {
+    const std::int32_t begin = std::max(p.context - page * b, 0);
+    const std::int32_t end = std::min(p.stored - page * b, b);
+    // A row's block is range-checked by mark_writers' own loop before this page is used.
+    if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(page / k)]) >= limit) [[unlikely]] {
+      throw_block_out_of_range(r, rows.row(r));
+    }
+    std::int32_t& f = filled_[static_cast<std::size_t>(kernel_page(rows, r, page))];
+    f = begin == 0 ? end : std::max(f, end);
+  }
+}
+
+void GroupBlockTable::throw_context_unwritten(std::int32_t r, const RequestPages& p, std::int32_t page) const {
+  throw Error("num_computed_tokens of request " + str(r) + " (block_tables[" + str(config_.group_index) + "])",
+              str(p.context) + " tokens",
+              "at most the tokens steps wrote into its pages (page " + str(page) + " holds " +
+                  str(filled_[static_cast<std::size_t>(page)]) + " written slots, the context needs " +
+                  str((p.context - 1) % config_.geometry.kernel_block_size + 1) + ")",
+              "its context would read KV no step wrote (a count ahead of what was computed, or a block freed and "
+              "reused by another request since)");
 }
 
 // The step's rows into the kernel table, range-checked in one branch-free pass per request (it

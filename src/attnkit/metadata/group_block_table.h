@@ -37,6 +37,9 @@ struct GroupBlockTableConfig {
   std::int32_t max_num_reqs = 0;
   std::int32_t max_num_tokens = 0;
   std::int32_t max_model_len = 0;
+  // RunnerConfig::check_context_written: refuse a request whose context reaches past the slots
+  // steps of this table wrote (its last context slot's page holds fewer written slots).
+  bool check_context_written = false;
   MemoryResource* device = nullptr;  // the device table and slot mapping (host memory on the CPU platform)
   MemoryResource* mirror = nullptr;  // the table's pinned mirror
 };
@@ -75,12 +78,16 @@ class GroupBlockTable {
   struct RequestPages {
     std::int32_t pages = 0;          // kernel pages the request's stored tokens occupy
     std::int32_t first_written = 0;  // the first of those it writes this step
+    std::int32_t context = 0;        // tokens (of this rank's share) stored before this step
+    std::int32_t stored = 0;         // ... and after it
   };
   RequestPages pages_of(std::int32_t r, const CommonAttentionMetadata& tmpl) const;
   // Whether any of `pages` is written this step (the byte map), eight lookups per round.
   bool any_written(const std::int32_t* pages, std::int32_t count) const;
   void check_rows_argument(const ManagerBlockTable& rows, std::int32_t num_reqs) const;
   void mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);
+  void check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows);
+  [[noreturn]] void throw_context_unwritten(std::int32_t r, const RequestPages& p, std::int32_t page) const;
   bool copy_rows(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);
   [[noreturn]] void throw_block_out_of_range(std::int32_t r, std::span<const std::int32_t> row) const;
   [[noreturn]] void throw_read_of_written_page(const CommonAttentionMetadata& tmpl) const;
@@ -105,6 +112,9 @@ class GroupBlockTable {
   std::vector<std::int32_t> writer_request_;
   std::vector<std::uint8_t> written_now_;
   std::vector<std::int32_t> written_list_;  // the pages set in written_now_, to clear them
+  // check_context_written: slots written in each page since its last write at slot 0 (the start of
+  // its current life), by the host lengths of the steps planned here.
+  std::vector<std::int32_t> filled_;
   std::vector<RequestPages> request_pages_;  // this step's, per request (mark_writers fills it)
   std::size_t num_written_ = 0;
   std::uint32_t serial_ = 0;

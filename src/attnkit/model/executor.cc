@@ -126,6 +126,7 @@ struct ModelExecutor::Buffers {
   std::vector<float> logits_host, logits_out, all_host, all_out;
   DeviceArray<std::int32_t> sampled;  // [max_num_reqs], the ops' memory: the step's device tokens
   std::vector<std::int32_t> sampled_out;  // scheduler order
+  std::vector<std::uint8_t> non_finite;   // scheduler order: the request's logits were not finite
   std::vector<std::int32_t> previous_pos;  // the previous step's runner position of each of its requests
   std::int32_t head_count = 0;  // rows the LM head computes this step
   // A ring of kMaxInFlight + 1: besides the steps in flight, the slot of the step before the
@@ -162,9 +163,23 @@ class ModelExecutor::Timer {
   StepTimes times_;
 };
 
+void check_executor_config(const ExecutorConfig& c, const ModelArch& arch) {
+  ATTNKIT_REQUIRE(c.block_size >= 1, "block_size", str(c.block_size), ">= 1 tokens per KV block");
+  ATTNKIT_REQUIRE(c.max_num_reqs >= 1, "max_num_reqs", str(c.max_num_reqs), ">= 1");
+  ATTNKIT_REQUIRE(c.max_num_tokens >= 1, "max_num_tokens", str(c.max_num_tokens), ">= 1");
+  ATTNKIT_REQUIRE(c.max_model_len >= 0 && c.max_model_len <= arch.max_position_embeddings, "max_model_len",
+                  str(c.max_model_len),
+                  "[0, max_position_embeddings " + str(arch.max_position_embeddings) + "] (0: min(that, 4096))",
+                  "positions past the model's max_position_embeddings were never trained (and RoPE scalings "
+                  "are defined up to it)");
+  ATTNKIT_REQUIRE(c.num_blocks >= 0, "num_blocks", str(c.num_blocks), ">= 0 (0: from kv_memory_bytes)");
+  ATTNKIT_REQUIRE(c.num_blocks > 0 || c.kv_memory_bytes > 0, "kv_memory_bytes", "0", "> 0 when num_blocks is 0");
+}
+
 ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
     : arch_(model.arch), config_(std::move(config)) {
   const bool cuda = on_cuda(config_);
+  check_executor_config(config_, arch_);
   max_model_len_ = config_.max_model_len > 0
                        ? config_.max_model_len
                        : static_cast<std::int32_t>(std::min<std::int64_t>(arch_.max_position_embeddings, 4096));
@@ -187,6 +202,7 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
       config_.num_blocks > 0 ? config_.num_blocks : kv_blocks_for_memory_budget(layers, config_.kv_memory_bytes);
   rc.cascade = config_.cascade;
   rc.capture_sizes = config_.capture_sizes;
+  rc.check_context_written = true;  // every KV write goes through this executor's steps
   rc.log = config_.log;
   runner_ = std::make_unique<ModelRunner>(std::move(layers), std::move(rc));
   for (std::int32_t i = 0; i < runner_->num_layers(); ++i) layer_ids_.push_back(runner_->layer_id_at(i));
@@ -272,6 +288,7 @@ void ModelExecutor::allocate_buffers() {
   b.logits_host.resize(static_cast<std::size_t>(r * arch_.vocab_size));
   b.sampled = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(r));
   b.sampled_out.resize(static_cast<std::size_t>(r));
+  b.non_finite.resize(static_cast<std::size_t>(r));
   b.previous_pos.resize(static_cast<std::size_t>(r));
   for (Launched& s : b.launched) s.tokens_host = DeviceArray<std::int32_t>(pinned, static_cast<std::size_t>(r));
   b.logits_out.resize(b.logits_host.size());
@@ -445,12 +462,31 @@ const StepOutput& ModelExecutor::execute(std::span<const StepRequest> requests, 
   ATTNKIT_REQUIRE(steps_in_flight() == 0, "execute", str(steps_in_flight()) + " steps in flight",
                   "none (collect them first)");
   launch(requests, result);
-  return collect();
+  const StepOutput& out = collect();
+  if (out.num_non_finite > 0) [[unlikely]] {
+    const auto first = static_cast<std::size_t>(std::find(out.non_finite.begin(), out.non_finite.end(), 1) -
+                                                out.non_finite.begin());
+    throw Error("logits of request " + std::to_string(requests[first].id), "a non-finite value", "finite values",
+                "the model produced a non-finite logit (" + std::to_string(out.num_non_finite) + " of " +
+                    std::to_string(out.num_reqs) + " requests)");
+  }
+  return out;
 }
 
 void ModelExecutor::launch(std::span<const StepRequest> requests, StepResult result) {
   check_launch(result);
   check_requests(requests, result);
+  try {
+    launch_unchecked(requests, result);
+  } catch (...) {
+    // Nothing is in flight (launched_ counts a step only at the end); a step the runner prepared
+    // and whose layers did not all run is given up, so the next prepare_step is accepted.
+    runner_->abandon_step();
+    throw;
+  }
+}
+
+void ModelExecutor::launch_unchecked(std::span<const StepRequest> requests, StepResult result) {
   Buffers& b = *buffers_;
   const bool cuda = on_cuda(config_);
   Launched& s = slot(launched_);
@@ -708,6 +744,19 @@ void ModelExecutor::finish_logits(const StepOrder& order) {
     output_.all_logits = {};
   }
   output_.logits = std::span<const float>(b.logits_out).first(n * vocab);
+  // Every request's row checked on the host (the logits path is for validation and logits files;
+  // the engine's sampled path checks on the device).
+  output_.num_non_finite = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto row = output_.logits.subspan(r * vocab, vocab);
+    mark_non_finite(r, !std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); }));
+  }
+  output_.non_finite = std::span<const std::uint8_t>(b.non_finite).first(n);
+}
+
+void ModelExecutor::mark_non_finite(std::size_t request, bool bad) {
+  buffers_->non_finite[request] = bad ? 1 : 0;
+  output_.num_non_finite += bad ? 1 : 0;
 }
 
 // The tokens sampled on the step's platform (enqueue_result): the n token ids its copy brought to
@@ -719,12 +768,13 @@ void ModelExecutor::finish_sampled_tokens(const Launched& s) {
   const auto n = static_cast<std::size_t>(order.num_reqs());
   if (on_cuda(config_)) s.end.wait();
   const std::int32_t* tokens = s.tokens_host.data();
+  output_.num_non_finite = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(order.order()[i]);
-    ATTNKIT_REQUIRE(tokens[i] >= 0, "logits of request " + std::to_string(s.ids[r]), "a non-finite value",
-                    "finite values", "the model produced a non-finite logit");
     b.sampled_out[r] = tokens[i];
+    mark_non_finite(r, tokens[i] < 0);  // the sampler's -1: a non-finite value in the row
   }
+  output_.non_finite = std::span<const std::uint8_t>(b.non_finite).first(n);
   output_.sampled_tokens = std::span<const std::int32_t>(b.sampled_out).first(n);
   output_.logits = {};
   output_.all_logits = {};

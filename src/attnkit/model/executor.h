@@ -96,6 +96,11 @@ struct StepOutput {
   std::span<const float> logits;      // [num_reqs, vocab]: each request's last token, scheduler order (kLogits)
   std::span<const std::int32_t> sampled_tokens;  // [num_reqs]: each request's token, scheduler order (kSampledTokens)
   std::span<const float> all_logits;  // [num_tokens, vocab] in the scheduler's token order (all_logits)
+  // [num_reqs], scheduler order: 1 where the request's logits held a non-finite value (its sampled
+  // token is then -1, its logits row is not to be used). collect() reports them here and goes on;
+  // execute() refuses them with an Error naming the first such request.
+  std::span<const std::uint8_t> non_finite;
+  std::int32_t num_non_finite = 0;
   StepTimes times;
   GraphMode graph_mode = GraphMode::kEager;
   bool graph_replayed = false;         // the step ran as a replay of a captured CUDA graph
@@ -129,8 +134,9 @@ class ModelExecutor {
 
   // One step (hot path): launch + collect, with no other step in flight. Throws Error for a bad
   // request (naming it and the field, its sampling parameters included with kSampledTokens) before
-  // any state changes; the runner's own checks follow. kSampledTokens needs all_logits off; a non-finite logit in a request's row is an Error naming the
-  // request (never a silent token).
+  // any state changes; the runner's own checks follow. kSampledTokens needs all_logits off. A
+  // non-finite logit in a request's row is an Error naming the request (never a silent token or
+  // logits row), after the step is collected: the executor stays usable.
   const StepOutput& execute(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
   // Async scheduling, the two halves of execute. launch checks the requests as execute does,
   // enqueues the whole step (uploads, prepare_step, the forward or a graph replay and, for
@@ -138,11 +144,18 @@ class ModelExecutor {
   // the requests' storage may change once it returns. At most kMaxInFlight steps are launched and
   // not collected, and a step is launched beside another only when that one is kSampledTokens
   // (a kLogits step's logits are read in place by its collect). collect waits for the oldest such
-  // step's result (its token copy only, for kSampledTokens) and returns it; the output stays valid
-  // until the next collect or execute.
+  // step's result (its token copy only, for kSampledTokens) and returns it, requests whose logits
+  // were non-finite marked in StepOutput::non_finite (no Error: one request's failure is the
+  // caller's to handle); the output stays valid until the next collect or execute. A launch that
+  // throws leaves no step in flight and the runner's prepared step abandoned.
   static constexpr std::int32_t kMaxInFlight = 2;
   void launch(std::span<const StepRequest> requests, StepResult result = StepResult::kLogits);
   const StepOutput& collect();
+  // Error paths: every slot of these blocks of KV group `group` back to the cache's poison (a
+  // failed request's blocks before they are reused; ModelRunner::repoison_blocks). Synchronous.
+  void repoison_blocks(std::int32_t group, std::span<const std::int32_t> blocks) {
+    runner_->repoison_blocks(group, blocks);
+  }
   // Steps launched and not collected.
   std::int32_t steps_in_flight() const { return static_cast<std::int32_t>(launched_ - collected_); }
 
@@ -166,8 +179,10 @@ class ModelExecutor {
   bool run_step_graph(std::int32_t padded_tokens);
   void build_sampling(std::span<const StepRequest> requests, Launched& step);
   void enqueue_result(Launched& step, Timer& timer);
+  void launch_unchecked(std::span<const StepRequest> requests, StepResult result);
   void finish_logits(const StepOrder& order);
   void finish_sampled_tokens(const Launched& step);
+  void mark_non_finite(std::size_t request, bool bad);
 
   ModelArch arch_;
   ExecutorConfig config_;
@@ -183,6 +198,11 @@ class ModelExecutor {
   StepOutput output_;
   std::int64_t launched_ = 0, collected_ = 0;  // steps so far
 };
+
+// What ModelExecutor's constructor refuses before loading anything: a block size, request or token
+// cap below 1, a max_model_len past the model's max_position_embeddings, no KV budget. Error
+// naming the field. Callers that derive sizes from a config (the CLI) check it first.
+void check_executor_config(const ExecutorConfig& config, const ModelArch& arch);
 
 // The runner's layer specs of a model (one per decoder layer, named "<prefix>layers.<i>.self_attn"):
 // heads, head size, scale, window and soft-cap from the architecture; the KV spec of its group.

@@ -317,6 +317,7 @@ KVGroupState ModelRunner::make_group_state(const KVCacheGroup& kv) {
   tc.max_num_reqs = config_.max_num_reqs;
   tc.max_num_tokens = config_.max_num_tokens;
   tc.max_model_len = config_.max_model_len;
+  tc.check_context_written = config_.check_context_written;
   tc.device = workspace_memory_;
   tc.mirror = pinned_memory_;
   g.tables = GroupBlockTable(tc);
@@ -561,7 +562,11 @@ void ModelRunner::build_group_metadata(KVGroupState& g, PlanReuse& reuse) {
 }
 
 void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
-  // Before anything changes: the previous step's layers all ran (or it was abandoned).
+  // Before anything changes: the previous step's layers all ran (or it was abandoned), and a step
+  // planned for a graph replay was launched (plan_step counts its layers as run on that promise).
+  ATTNKIT_REQUIRE(!replay_planned_, "plan_step", "a planned replay never launched",
+                  "plan_consumed() after the graph launch of each plan_step (or abandon_step())",
+                  "the replay would have written this step's KV; without it the next step reads unwritten KV");
   context_.begin_step();
   // The mirrors this step rewrites were last read by the previous step's copies.
   if (wait_for_previous_copies) plan_copied_.wait();
@@ -625,12 +630,15 @@ void ModelRunner::prepare_step(const StepInput& step, Stream stream) {
 
 void ModelRunner::abandon_step() {
   HeldBy held(context_.thread_owner(), "abandon_step");
+  replay_planned_ = false;
   context_.abandon_step();
 }
 
 void ModelRunner::plan_step(const StepInput& step) {
   HeldBy held(context_.thread_owner(), "plan_step");
-  plan(step, /*wait_for_previous_copies=*/on_cuda(config_));
+  ATTNKIT_REQUIRE(on_cuda(config_), "plan_step", "the " + std::string(to_string(config_.platform.kind)) + " platform",
+                  "the cuda platform", "plan_step prepares a CUDA graph's replay; no graph exists here");
+  plan(step, /*wait_for_previous_copies=*/true);
   // plan_step writes the step a captured whole-step graph replays. A step the chain runs
   // piecewise is planned for eager execution (FLASHINFER's mixed steps): a graph replayed over
   // that plan would run kernels shaped for another one, so this is refused before any launch.
@@ -640,13 +648,16 @@ void ModelRunner::plan_step(const StepInput& step) {
                 "plan_step prepares the replay of a captured whole step; run this step with prepare_step and the "
                 "layers");
   }
-  // The replay runs every layer of the captured step.
+  // The replay runs every layer of the captured step, once plan_consumed says it was launched.
   context_.mark_all_ran();
+  replay_planned_ = true;
 }
 
 void ModelRunner::plan_consumed(Stream stream) {
   HeldBy held(context_.thread_owner(), "plan_consumed");
-  if (on_cuda(config_)) plan_copied_.record(stream);
+  ATTNKIT_REQUIRE(replay_planned_, "plan_consumed", "no step planned with plan_step", "one call per plan_step");
+  replay_planned_ = false;
+  plan_copied_.record(stream);
 }
 
 GraphMode ModelRunner::graph_mode_for(std::span<const std::int32_t> lens) const {

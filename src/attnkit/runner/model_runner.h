@@ -47,6 +47,12 @@ struct RunnerConfig {
   bool need_lse = false;                // layers must be able to return the LSE
   bool optimistic_cpu_lengths = false;  // steps may carry host upper bounds (G6, D2)
   bool check_invariants = false;        // run the V1-V9 checker after every prepare_step (syncs on CUDA)
+  // Refuse a step whose request reads context past the slots this runner's own steps wrote (the
+  // page of its last context slot holds fewer written slots: a num_computed_tokens ahead of what
+  // was computed, or a freed block another request has rewritten since). Only for a runner whose
+  // cache no one else writes (the model executor turns it on): contexts written outside its steps
+  // (replay, benchmarks) would be refused. Two lookups per request per step.
+  bool check_context_written = false;
   // K8 fp8 KV scales: stored value x scale = real value. A run with an fp8 KV cache must set both
   // (1.0 explicitly opts in to unit scales: e4m3 then saturates at +-448, so real K/V beyond it are
   // clipped silently); left unset, such a run is refused at start-up. Other caches ignore scales
@@ -177,7 +183,9 @@ class ModelRunner {
   // same pinned mirrors. Before each replay, plan_step writes the new step (same padded shape)
   // into them on the host; after launching the graph, plan_consumed records that the mirrors
   // may be rewritten once the replay's copies ran. Throws Error (field "graph mode") for a step
-  // whose graph_mode() is not kFull: no captured whole-step graph may replay it.
+  // whose graph_mode() is not kFull: no captured whole-step graph may replay it; field "plan_step"
+  // on the CPU platform (no graphs) and for a plan_step whose replay was never launched (no
+  // plan_consumed: the next step would read the KV that replay never wrote).
   void plan_step(const StepInput& step);
   void plan_consumed(Stream stream);
   const CommonAttentionMetadata& common() const { return common_builder_.last(); }
@@ -250,6 +258,7 @@ class ModelRunner {
   std::vector<DeviceArray<float>> context_parallel_sinks_;
   std::vector<ContextParallelLayer> context_parallel_layers_;
   StreamEvent plan_copied_;  // recorded after each step's uploads
+  bool replay_planned_ = false;  // plan_step ran; plan_consumed (the replay's launch) not yet
 };
 
 }  // namespace attnkit

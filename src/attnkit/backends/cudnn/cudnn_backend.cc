@@ -40,8 +40,9 @@ const BackendCaps& CudnnBackend::caps() {
     // soft-cap as a score modifier (with our own masks in that graph, cudnn_sdpa_graph.cc).
     c.features = {Feature::kSlidingWindow, Feature::kSoftCap, Feature::kReturnLse};
     c.needs_exact_cpu_lengths = true;  // query lengths and offsets come from the CPU lengths
-    // cuDNN's paged graph loads whole pages and masks past seq_len_kv after the load (K4): a
-    // NaN-poisoned slot past a request's length made every row of its page NaN (issue 39).
+    // cuDNN's paged graph reads the slots of a page past seq_len_kv (K4): with NaN there its outputs
+    // are NaN (tests/runner/cuda_poisoned_cache_test.cc, H100, 2026-12-08), the cause of issue 39's
+    // NaN logits through the executor, whose cache keeps the poison where no step wrote.
     c.reads_whole_pages = true;
     c.combination_rules = {{"kv_cache_dtype + dtype", &kv_of_other_dtype, "the graph reads KV in the query dtype"}};
     c.forward_includes_kv_update = false;

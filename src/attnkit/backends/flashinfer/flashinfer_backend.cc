@@ -48,8 +48,9 @@ VariantCaps xqa_variant_caps(bool sinks) {
   for (auto* set : {&v.head_sizes, &v.group_sizes, &v.block_sizes}) std::sort(set->begin(), set->end());
   v.features = sinks ? FeatureSet{Feature::kSinks} : FeatureSet{};
   v.cuda_compute_capability = ComputeCapabilityRange{90, 90};
-  // XQA's TMA brings whole pages into shared memory and masks the scores past the length there
-  // (K4): a NaN-poisoned tail gave NaN decodes at the Llama-3.1-8B shape (issue 39).
+  // XQA reads the slots of a page past the request's length (K4): with NaN there its decodes are
+  // NaN (tests/runner/cuda_poisoned_cache_test.cc, H100, 2026-12-08): issue 39's NaN logits at the
+  // Llama-3.1-8B shape, the only model shape here XQA is instantiated for (group 4, head 128).
   v.reads_whole_pages = true;
   return v;
 }
