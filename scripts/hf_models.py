@@ -2,7 +2,7 @@
 """Random-weight Hugging Face checkpoints in published shapes, transformers' own greedy reference for
 them, and the comparison of `attnkit generate` with that reference (issue 34, section 1).
 
-    hf_models.py make DIR --family llama|qwen3|gemma2|gemma3 [--tiny] [--plain] [--seed N] [--device D]
+    hf_models.py make DIR --family llama|llama8b|qwen3|gemma2|gemma3 [--tiny] [--plain] [--seed N] [--device D]
     hf_models.py reference DIR [--steps 64] [--device cuda|cpu] [--bf16-run PREFIX]
     hf_models.py compare DIR RUN.json RUN.npy [RUN.json RUN.npy ...] [--label FAMILY] [--results FILE]
     hf_models.py note --label FAMILY --run NAME --verdict refused|ERROR|skipped --notes TEXT --results FILE
@@ -11,8 +11,8 @@ them, and the comparison of `attnkit generate` with that reference (issue 34, se
 scripts/device_models.sh runs them for every family and attention backend; they need torch,
 transformers 5, safetensors and numpy (compare only numpy), which the project does not install.
 
-make: the family's published shape (llama = Llama-3.2-1B, qwen3 = Qwen3-0.6B, gemma2 = Gemma-2-2B,
-gemma3 = Gemma-3-1B text), or with --tiny the same features in a few layers of hidden 256 and a
+make: the family's published shape (llama = Llama-3.2-1B, llama8b = Llama-3.1-8B, qwen3 = Qwen3-0.6B,
+gemma2 = Gemma-2-2B, gemma3 = Gemma-3-1B text), or with --tiny the same features in a few layers of hidden 256 and a
 vocabulary of 512 (the CPU dry-run), initialized by transformers from a seed and saved as bfloat16
 safetensors, plus prompts.json: 4 prompts of seeded random token ids.
 
@@ -156,7 +156,23 @@ def gemma3_config(tiny):
                                     bos_token_id=2, eos_token_id=1, pad_token_id=0, attention_bias=False)
 
 
-FAMILIES = {"llama": llama_config, "qwen3": qwen3_config, "gemma2": gemma2_config, "gemma3": gemma3_config}
+def llama8b_config(tiny):
+    """Llama-3.1-8B's shape (its published config.json): the shape the engine's benchmarks run, and
+    the only one here FlashInfer's XQA decode kernel is instantiated for (4 query heads per KV head,
+    head 128). `tiny` gives the tiny llama (the dry run has no 8B)."""
+    if tiny:
+        return llama_config(tiny)
+    shape = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072)
+    rope = dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                original_max_position_embeddings=8192)
+    return "LlamaConfig", dict(shape, rms_norm_eps=1e-5, rope_parameters=rope, tie_word_embeddings=False,
+                               bos_token_id=128000, eos_token_id=128001, hidden_act="silu", attention_bias=False,
+                               mlp_bias=False)
+
+
+FAMILIES = {"llama": llama_config, "llama8b": llama8b_config, "qwen3": qwen3_config, "gemma2": gemma2_config,
+            "gemma3": gemma3_config}
 
 
 def build_config(family, tiny, plain):

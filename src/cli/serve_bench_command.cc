@@ -252,9 +252,25 @@ void require_writable_dir(const std::string& dir) {
   std::filesystem::remove(probe, ec);
 }
 
+// Issue 39: the engine's start, part by part (an 8B engine took one to two minutes).
+void print_start_split(double read_s, double engine_s, const ModelExecutor& ex) {
+  const ExecutorStartupTimes& t = ex.startup_times();
+  const double gb = static_cast<double>(t.weights.bytes) / 1e9;
+  const double kv_gb = static_cast<double>(t.runner_parts.kv_bytes) / 1e9;
+  std::cerr << "serve-bench: engine started in " << read_s + engine_s << " s: read " << read_s
+            << " s (checkpoint headers, mmap; the file's pages are read as they are converted), weights " << t.weights_s
+            << " s (" << gb << " GB: convert " << t.weights.convert_s << " s on several threads, waiting for copies "
+            << t.weights.wait_s << " s; " << (t.weights_s > 0 ? gb / t.weights_s : 0.0) << " GB/s), runner "
+            << t.runner_s << " s (KV " << kv_gb << " GB allocated and poisoned " << t.runner_parts.kv_s
+            << " s, backend start-up " << t.runner_parts.prepare_s << " s), step buffers " << t.buffers_s
+            << " s, graphs 0 s (captured at a shape's second step, during the runs)" << std::endl;
+}
+
 void run_serve_bench_command(const ServeBenchFlags& f) {
   require_writable_dir(f.out);
+  const auto read_start = std::chrono::steady_clock::now();
   const LoadedModel model = load_model(f.model);
+  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
   const std::vector<Trace> traces = make_traces(f, model.arch);
   for (const Trace& t : traces) {
     ATTNKIT_REQUIRE(t.max_request_len() <= model.arch.max_position_embeddings,
@@ -270,8 +286,8 @@ void run_serve_bench_command(const ServeBenchFlags& f) {
   Engine engine(model, config);  // one for every run (see the top of the file)
   // The engine's start (weights to the device, the KV cache) is not part of any run's figures:
   // said on stderr so that a slow start is told apart from a slow run.
-  std::cerr << "serve-bench: engine started in "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s" << std::endl;
+  print_start_split(read_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                    engine.executor());
   const ServeBenchConditions conditions = conditions_of(f, engine, model);
   for (const Trace& trace : traces) {
     engine.reset_prefix_cache();  // nothing an earlier run left is a hit

@@ -13,6 +13,7 @@
 #include "attnkit/model/model_kernels.h"
 #include "attnkit/model/op_checks.h"
 #include "attnkit/model/weight_parts.h"
+#include "attnkit/model/weight_upload.h"
 
 namespace attnkit {
 
@@ -31,7 +32,8 @@ std::vector<std::uint16_t> to_bf16(const std::vector<float>& values) {
 
 class CudaModelOps final : public ModelOps {
  public:
-  explicit CudaModelOps(MemoryResource& memory) : memory_(memory), checks_(kBf16, kBf16), gemm_(memory) {}
+  explicit CudaModelOps(MemoryResource& memory)
+      : memory_(memory), checks_(kBf16, kBf16), gemm_(memory), uploader_(memory, pinned_host_memory(), true) {}
 
   PlatformKind platform() const override { return PlatformKind::kCuda; }
   DType activation_dtype() const override { return kBf16; }
@@ -40,13 +42,13 @@ class CudaModelOps final : public ModelOps {
 
   WeightView load_weight(std::span<const HostTensorRef> parts) override {
     const StackedShape shape = check_weight_parts(parts);
-    std::vector<std::uint16_t> bits(static_cast<std::size_t>(shape.rows * shape.cols));
-    parts_to_bf16(parts, bits.data());
-    const void* data = upload(bits);
+    const void* data = uploader_.upload(parts, shape.rows * shape.cols);  // pinned chunks, several threads
     const WeightView w{data, kBf16, shape.rows, shape.cols};
     checks_.add_weight(w);
     return w;
   }
+
+  WeightLoadTimes finish_loading() override { return uploader_.finish(); }
 
   const float* load_vector(std::span<const HostTensorRef> parts) override {
     std::vector<float> values(static_cast<std::size_t>(check_vector_parts(parts)));
@@ -256,6 +258,7 @@ class CudaModelOps final : public ModelOps {
   OpChecks checks_;
   Bf16Gemm gemm_;
   std::vector<DeviceArray<std::uint16_t>> bf16_arrays_;
+  WeightUploader uploader_;  // the weight matrices (it owns their device arrays)
   std::vector<DeviceArray<float>> vectors_;
 };
 

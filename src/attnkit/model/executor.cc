@@ -185,8 +185,13 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
                        : static_cast<std::int32_t>(std::min<std::int64_t>(arch_.max_position_embeddings, 4096));
   ATTNKIT_REQUIRE(max_model_len_ >= 1, "max_model_len", str(max_model_len_), ">= 1");
   attention_dtype_ = config_.attention_dtype.value_or(cuda ? DType::kBFloat16 : DType::kFloat16);
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const Clock::time_point start = Clock::now();
   ops_ = cuda ? make_cuda_model_ops() : make_cpu_model_ops();
   weights_ = load_model_weights(model, *ops_);
+  startup_.weights = ops_->finish_loading();
+  startup_.weights_s = seconds_since(start);
   buffers_ = std::make_unique<Buffers>();
   buffers_->stream = OwnedStream(cuda);
   stream_ = buffers_->stream.get();
@@ -204,9 +209,15 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
   rc.capture_sizes = config_.capture_sizes;
   rc.check_context_written = true;  // every KV write goes through this executor's steps
   rc.log = config_.log;
+  const Clock::time_point runner_start = Clock::now();
   runner_ = std::make_unique<ModelRunner>(std::move(layers), std::move(rc));
+  startup_.runner_s = seconds_since(runner_start);
+  startup_.runner_parts = runner_->startup_times();
   for (std::int32_t i = 0; i < runner_->num_layers(); ++i) layer_ids_.push_back(runner_->layer_id_at(i));
+  const Clock::time_point buffers_start = Clock::now();
   allocate_buffers();
+  startup_.buffers_s = seconds_since(buffers_start);
+  startup_.total_s = seconds_since(start);
 }
 
 // A step may still be in flight (async scheduling leaves one running when Engine::step returns):

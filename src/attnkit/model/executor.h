@@ -111,6 +111,19 @@ struct StepOutput {
   double device_idle_before_us = -1;
 };
 
+// Where an executor's start-up went (seconds): the weights (converted on several threads into
+// pinned staging buffers and copied while the next chunk converts, ModelOps::finish_loading), the
+// runner (KV cache and backends, RunnerStartupTimes) and the step buffers. CUDA graphs are
+// captured later, at a shape's second step.
+struct ExecutorStartupTimes {
+  WeightLoadTimes weights;
+  double weights_s = 0;  // load_model_weights through finish_loading (vectors included)
+  RunnerStartupTimes runner_parts;
+  double runner_s = 0;   // the whole ModelRunner construction (selection, groups, KV, backends)
+  double buffers_s = 0;
+  double total_s = 0;
+};
+
 class ModelExecutor {
  public:
   ModelExecutor(const LoadedModel& model, ExecutorConfig config);
@@ -129,6 +142,7 @@ class ModelExecutor {
   std::optional<std::int32_t> group_window(std::int32_t group) const;
   std::int32_t block_size() const { return config_.block_size; }
   std::int32_t max_model_len() const { return max_model_len_; }
+  const ExecutorStartupTimes& startup_times() const { return startup_; }
   // Time each step's parts (CUDA: events and a synchronization per part; off by default there).
   void set_profiling(bool on) { profiling_ = on; }
 
@@ -197,6 +211,7 @@ class ModelExecutor {
   bool profiling_ = false;
   StepOutput output_;
   std::int64_t launched_ = 0, collected_ = 0;  // steps so far
+  ExecutorStartupTimes startup_;
 };
 
 // What ModelExecutor's constructor refuses before loading anything: a block size, request or token

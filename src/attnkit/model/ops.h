@@ -36,6 +36,14 @@ struct ActMat {
   ActMat cols_at(std::int64_t begin, std::int64_t count) const;
 };
 
+// Where load_weight's time went (seconds; conversion and copies overlap), and the bytes loaded.
+struct WeightLoadTimes {
+  double convert_s = 0;  // converting checkpoint parts (the file's pages read on first touch)
+  double wait_s = 0;     // the host waiting for copies to the device
+  double total_s = 0;    // from the first weight to finish_loading()
+  std::size_t bytes = 0;
+};
+
 // A weight matrix as the ops hold it after load_weight: [out, in] row-major (a linear layer's
 // weight as Hugging Face stores it), in the ops' weight dtype and memory.
 struct WeightView {
@@ -81,6 +89,9 @@ class ModelOps {
   // A vector (norm weight, bias, inverse frequencies) as fp32 in the ops' memory; parts
   // concatenated. Owned by the ops.
   virtual const float* load_vector(std::span<const HostTensorRef> parts) = 0;
+  // After the last load_weight: waits for weights still on their way to the ops' memory (CUDA's
+  // uploads are asynchronous) and says where the time went. Nothing to wait for by default.
+  virtual WeightLoadTimes finish_loading() { return {}; }
 
   // --- per step ---------------------------------------------------------------------------------
   // y = x W^T (+ bias): x [M, in], W [out, in], y [M, out]. bias: [out] fp32 or nullptr.

@@ -1,5 +1,6 @@
 #include "attnkit/model/weight_parts.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -59,16 +60,29 @@ void parts_to_float(std::span<const HostTensorRef> parts, float* out) {
   }
 }
 
-void parts_to_bf16(std::span<const HostTensorRef> parts, std::uint16_t* out) {
+void parts_to_bf16_range(std::span<const HostTensorRef> parts, std::int64_t begin, std::int64_t count,
+                         std::uint16_t* out) {
+  std::int64_t at = 0;  // the first element of the current part in the stack
   for (const HostTensorRef& part : parts) {
     const std::int64_t n = part.rows * part.cols;
-    if (part.dtype == DType::kBFloat16) {
-      std::memcpy(out, part.data, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_bfloat16(load_float(part.data, i, part.dtype));
+    const std::int64_t lo = std::max(begin, at), hi = std::min(begin + count, at + n);
+    if (lo < hi) {
+      std::uint16_t* dst = out + (lo - begin);
+      if (part.dtype == DType::kBFloat16) {
+        std::memcpy(dst, static_cast<const std::uint16_t*>(part.data) + (lo - at),
+                    static_cast<std::size_t>(hi - lo) * sizeof(std::uint16_t));
+      } else {
+        for (std::int64_t i = lo; i < hi; ++i) dst[i - lo] = float_to_bfloat16(load_float(part.data, i - at, part.dtype));
+      }
     }
-    out += n;
+    at += n;
   }
+}
+
+void parts_to_bf16(std::span<const HostTensorRef> parts, std::uint16_t* out) {
+  std::int64_t total = 0;
+  for (const HostTensorRef& part : parts) total += part.rows * part.cols;
+  parts_to_bf16_range(parts, 0, total, out);
 }
 
 }  // namespace attnkit

@@ -30,5 +30,9 @@ void parts_to_float(std::span<const HostTensorRef> parts, float* out);
 // float_to_bfloat16 of parts_to_float's values (NaN payloads aside), without the float32 copy:
 // an 8B model's start-up converts 8e9 elements.
 void parts_to_bf16(std::span<const HostTensorRef> parts, std::uint16_t* out);
+// Elements [begin, begin + count) of the stacked parts (in order, row-major) as parts_to_bf16
+// gives them, into `out`: so that threads and staging chunks each convert their own share.
+void parts_to_bf16_range(std::span<const HostTensorRef> parts, std::int64_t begin, std::int64_t count,
+                         std::uint16_t* out);
 
 }  // namespace attnkit

@@ -1,6 +1,7 @@
 #include "attnkit/runner/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -204,7 +205,9 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
   select_backends();
   build_groups();
   build_context_parallel();
+  const auto prepare_start = std::chrono::steady_clock::now();
   prepare_impls();
+  startup_.prepare_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare_start).count();
   graph_buffers(captured_buffers_);  // C3: the addresses a capture would bake in
 }
 
@@ -277,7 +280,10 @@ void ModelRunner::build_groups() {
   for (const auto& l : layers_) specs.push_back(l.kv_spec);
   views_.resize(layers_.size());
   for (const KVCacheGroup& kv : group_layers_by_spec(specs)) kv_groups_.push_back(make_group_state(kv));
+  const auto kv_start = std::chrono::steady_clock::now();
   storage_.allocate();  // K3: one allocation for every layer, poisoned on the memory's side
+  startup_.kv_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - kv_start).count();
+  startup_.kv_bytes = storage_.total_bytes();
   for (std::size_t i = 0; i < layers_.size(); ++i) views_[i] = storage_.view(layers_[i].name);
   register_layer_entries();
   if (config_.log) log_groups();

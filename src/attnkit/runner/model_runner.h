@@ -116,6 +116,14 @@ float kv_poison_for_group(std::optional<float> configured, std::span<const Layer
 // What the selector is asked for this layer in this run (S4: every result-changing factor).
 AttentionConfig attention_config_for(const LayerSpec& layer, const RunnerConfig& config);
 
+// Where a runner's start-up went (seconds): the KV cache's one allocation and its poison fill, and
+// the backends' own start-up (their plans, cuDNN's graphs: prepare_impls).
+struct RunnerStartupTimes {
+  double kv_s = 0;
+  std::size_t kv_bytes = 0;
+  double prepare_s = 0;
+};
+
 // C1/C2: what the whole chain may capture this step: the minimum over all active groups.
 enum class GraphMode : std::uint8_t { kEager, kPiecewise, kFull };
 std::string_view to_string(GraphMode mode);
@@ -144,6 +152,7 @@ class ModelRunner {
   void repoison_blocks(std::int32_t group, std::span<const std::int32_t> manager_blocks);
   MemoryResource& kv_memory() const { return *kv_memory_; }
   const RunnerConfig& config() const { return config_; }
+  const RunnerStartupTimes& startup_times() const { return startup_; }
   std::optional<int> reorder_batch_threshold() const { return reorder_threshold_; }
   CudaGraphSupport graph_support() const { return graph_support_; }
 
@@ -259,6 +268,7 @@ class ModelRunner {
   std::vector<ContextParallelLayer> context_parallel_layers_;
   StreamEvent plan_copied_;  // recorded after each step's uploads
   bool replay_planned_ = false;  // plan_step ran; plan_consumed (the replay's launch) not yet
+  RunnerStartupTimes startup_;
 };
 
 }  // namespace attnkit
