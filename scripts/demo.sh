@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-./scripts/build_cli.sh
-exec build/attnkit demo "$@"
+dir="$(./scripts/build_cli.sh)"
+exec "$dir/attnkit" demo "$@"

@@ -15,6 +15,13 @@ source scripts/cmake_version.sh
 # clang and its sanitizer/libFuzzer runtimes (libclang-rt-dev): test.sh's sanitizer build and fuzz targets.
 packages=(cmake ninja-build make g++ googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libopenblas-dev clang libclang-rt-dev)
+# ATTNKIT_SETUP=cli (build_cli.sh's CPU-only CLI): only what that build needs, no kernel library and
+# no Python or test tool, so that a fresh machine's first command is quick.
+cli_only=0
+if [[ "${ATTNKIT_SETUP:-all}" == cli ]]; then
+  cli_only=1
+  packages=(cmake ninja-build make g++ nlohmann-json3-dev libcli11-dev libopenblas-dev)
+fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -38,11 +45,12 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-# --- the kernel libraries of the FLASHINFER and CUDNN backends (PyPI wheels, pinned) -------------
-scripts/install_kernel_libraries.sh
-
-# --- the Python binding's build and test tools (PyPI wheels, pinned) -----------------------------
-scripts/install_python_tools.sh
+if [[ $cli_only == 0 ]]; then
+  # --- the kernel libraries of the FLASHINFER and CUDNN backends (PyPI wheels, pinned) -----------
+  scripts/install_kernel_libraries.sh
+  # --- the Python binding's build and test tools (PyPI wheels, pinned) ---------------------------
+  scripts/install_python_tools.sh
+fi
 
 # --- CMake ---------------------------------------------------------------------------------------
 if attnkit_cmake_bin >/dev/null; then

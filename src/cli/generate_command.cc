@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.h"
+#include "attnkit/engine/engine.h"
 #include "attnkit/model/checkpoint.h"
 #include "attnkit/model/executor.h"
 #include "attnkit/model/sampler.h"
@@ -67,27 +69,6 @@ std::vector<std::int32_t> parse_ids(const std::string& text, std::size_t index) 
   ATTNKIT_REQUIRE(!ids.empty(), field, "\"" + text + "\"", "at least one token id");
   return ids;
 }
-
-// The simplest block manager: each request its own fresh blocks per KV group, never shared.
-class FreshBlocks {
- public:
-  FreshBlocks(std::int32_t groups, std::int32_t block_size) : next_(static_cast<std::size_t>(groups), 0), block_(block_size) {}
-  std::vector<std::span<const std::int32_t>> grow(std::size_t request, std::int32_t tokens) {
-    if (rows_.size() <= request) rows_.resize(request + 1, std::vector<std::vector<std::int32_t>>(next_.size()));
-    std::vector<std::span<const std::int32_t>> out;
-    for (std::size_t g = 0; g < next_.size(); ++g) {
-      auto& row = rows_[request][g];
-      while (static_cast<std::int32_t>(row.size()) * block_ < tokens) row.push_back(next_[g]++);
-      out.push_back(row);
-    }
-    return out;
-  }
-
- private:
-  std::vector<std::int32_t> next_;
-  std::int32_t block_;
-  std::vector<std::vector<std::vector<std::int32_t>>> rows_;
-};
 
 // --output-logits: a NumPy .npy (format 1.0) of float32 [prompts, max_tokens, vocab], C order. Each
 // step's rows go straight to their place in the file, so memory stays one step's logits however
@@ -190,59 +171,37 @@ struct Generation {
   std::vector<StepRecord> steps;
 };
 
-// Every prompt in one batch until each has --max-tokens (or an end-of-sequence id). Request i samples
-// with seed + i, its token number t with counter t (model/sampler.h). With a logits file each step
-// returns the logits, written to it, and the host samples them by the same definition; otherwise
-// the step's platform samples and only token ids return.
-Generation generate_batch(ModelExecutor& ex, const std::vector<std::vector<std::int32_t>>& prompts,
+// Every prompt through the serving engine (the scheduler, KV manager with prefix caching and the
+// device sampling serve-bench runs), all queued at once, each until --max-tokens or an
+// end-of-sequence id. Request i samples with seed + i, its token number t with counter t
+// (model/sampler.h). With a logits file each step also returns the logits its tokens were sampled
+// from, written row by row.
+Generation generate_batch(Engine& engine, const std::vector<std::vector<std::int32_t>>& prompts,
                           const SamplingParams& sampling, const GenerateFlags& f, LogitsFile* logits_file) {
-  const auto& eos = ex.arch().eos_token_ids;
   Generation g;
   g.tokens.resize(prompts.size());
-  std::vector<SamplingParams> per_request(prompts.size(), sampling);
-  for (std::size_t i = 0; i < prompts.size(); ++i) per_request[i].seed = sampling.seed + i;  // its own stream
-  SampleScratch scratch;
-  std::vector<bool> done(prompts.size(), false);
-  std::vector<std::int32_t> computed(prompts.size(), 0);
-  FreshBlocks blocks(ex.num_kv_groups(), ex.block_size());
-  while (true) {
-    std::vector<std::size_t> live;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      if (!done[i]) live.push_back(i);
+  std::map<std::int64_t, std::size_t> index_of;  // engine request id -> prompt
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    RequestSpec spec;
+    spec.prompt = prompts[i];
+    spec.sampling = sampling;
+    spec.sampling.seed = sampling.seed + i;  // its own stream
+    spec.max_tokens = f.max_tokens;
+    spec.ignore_eos = f.ignore_eos;
+    index_of[engine.add_request(std::move(spec))] = i;
+  }
+  while (engine.has_unfinished_requests()) {
+    const std::vector<RequestOutput>& outputs = engine.step();
+    const EngineStepStats& stats = engine.last_step_stats();
+    if (stats.num_tokens > 0) {
+      g.steps.push_back({stats.num_decodes + stats.num_prefills, stats.num_tokens, stats.model, stats.graph_replayed});
     }
-    if (live.empty()) break;
-    std::vector<std::vector<std::int32_t>> tokens(live.size());
-    std::vector<std::vector<std::span<const std::int32_t>>> rows(live.size());
-    std::vector<StepRequest> reqs(live.size());
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      const std::size_t i = live[j];
-      tokens[j] = computed[i] == 0 ? prompts[i] : std::vector<std::int32_t>{g.tokens[i].back()};
-      rows[j] = blocks.grow(i, computed[i] + static_cast<std::int32_t>(tokens[j].size()));
-      StepRequest& r = reqs[j];
-      r.id = static_cast<std::int32_t>(i);
-      r.tokens = tokens[j];
-      r.num_computed_tokens = computed[i];
-      r.blocks = rows[j];
-      r.sampling = per_request[i];
-      r.sample_counter = g.tokens[i].size();
-    }
-    const StepOutput& out = ex.execute(reqs, logits_file ? StepResult::kLogits : StepResult::kSampledTokens);
-    g.steps.push_back({out.num_reqs, out.num_tokens, out.times, out.graph_replayed});
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      const std::size_t i = live[j];
-      std::int32_t next = 0;
-      if (logits_file) {
-        const auto vocab = static_cast<std::size_t>(out.vocab_size);
-        const auto row = out.logits.subspan(j * vocab, vocab);
-        logits_file->write_row(i, g.tokens[i].size(), row);
-        next = sample_token(row, per_request[i], g.tokens[i].size(), scratch);
-      } else {
-        next = out.sampled_tokens[j];
-      }
-      computed[i] += static_cast<std::int32_t>(tokens[j].size());
-      g.tokens[i].push_back(next);
-      const bool is_eos = std::find(eos.begin(), eos.end(), next) != eos.end();
-      done[i] = static_cast<std::int32_t>(g.tokens[i].size()) >= f.max_tokens || (is_eos && !f.ignore_eos);
+    for (const RequestOutput& o : outputs) {
+      const std::size_t i = index_of.at(o.request_id);
+      ATTNKIT_REQUIRE(o.finish_reason != FinishReason::kError, "prompt " + std::to_string(i), "failed", "completed",
+                      o.error);
+      if (logits_file) logits_file->write_row(i, g.tokens[i].size(), o.logits);
+      g.tokens[i].push_back(o.new_token);
     }
   }
   return g;
@@ -285,24 +244,28 @@ void run_generate(const GenerateFlags& f) {
   ATTNKIT_REQUIRE(static_cast<std::int64_t>(longest) + f.max_tokens <= positions, "longest --prompt-ids + --max-tokens",
                   std::to_string(longest) + " + " + std::to_string(f.max_tokens),
                   "<= the model's max_position_embeddings " + std::to_string(positions));
-  ExecutorConfig ec;
+  EngineConfig config;
+  ExecutorConfig& ec = config.executor;
   ec.platform = choose_platform(f.platform, f.backend);
   if (!f.backend.empty()) ec.backend = f.backend;
   ec.max_num_reqs = static_cast<std::int32_t>(prompts.size());
-  ec.max_num_tokens = static_cast<std::int32_t>(std::max(total, prompts.size()));
+  ec.max_num_tokens = static_cast<std::int32_t>(std::max(total, prompts.size()));  // every prompt in step 1
   ec.max_model_len = static_cast<std::int32_t>(longest) + f.max_tokens;
   ec.block_size = f.block_size;
+  // Every request its whole length, and the null block the KV manager never hands out.
   ec.num_blocks = static_cast<std::int32_t>(prompts.size()) * ((ec.max_model_len + f.block_size - 1) / f.block_size) + 1;
   ec.capture_sizes = f.capture_sizes;
   ec.log = [](std::string_view line) { std::cout << line << "\n"; };
+  config.profile = f.profile;
+  config.step_logits = logits_file.has_value();
   std::cout << "model " << f.model << ": " << to_string(model.arch.family) << ", " << model.arch.num_layers
             << " layers, hidden " << model.arch.hidden_size << ", " << model.arch.num_q_heads << "/"
             << model.arch.num_kv_heads << " heads of " << model.arch.head_dim << ", vocab " << model.arch.vocab_size
             << "; sampling " << sampling.describe() << "\n";
-  ModelExecutor ex(model, ec);
-  ex.set_profiling(f.profile);
+  Engine engine(model, config);
+  const ModelExecutor& ex = engine.executor();
   if (logits_file) logits_file->start(static_cast<std::int64_t>(prompts.size()), f.max_tokens, model.arch.vocab_size);
-  const Generation g = generate_batch(ex, prompts, sampling, f, logits_file ? &*logits_file : nullptr);
+  const Generation g = generate_batch(engine, prompts, sampling, f, logits_file ? &*logits_file : nullptr);
   if (logits_file) {
     for (std::size_t i = 0; i < prompts.size(); ++i) logits_file->fill_nan(i, g.tokens[i].size());
     logits_file->close();
@@ -321,9 +284,10 @@ void run_generate(const GenerateFlags& f) {
 void add_generate_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<GenerateFlags>();
   auto* cmd = app.add_subcommand("generate",
-                                 "Generate from a Hugging Face model directory through the attention layer: every "
-                                 "prompt in one batch, greedy or seeded sampling; prints the tokens and where each "
-                                 "step's time went.");
+                                 "Generate from a Hugging Face model directory through the serving engine and the "
+                                 "attention layer: every prompt queued at once (the first step prefills them "
+                                 "together), greedy or seeded sampling on the step's platform; prints the tokens and "
+                                 "where each step's time went.");
   cmd->add_option("--model", flags->model, "A model directory (config.json + safetensors; attnkit make-model)")->required();
   cmd->add_option("--prompt-ids", flags->prompts, "Comma-separated token ids of one prompt (repeatable)")->required();
   cmd->add_option("--max-tokens", flags->max_tokens, "Tokens to generate per prompt")->capture_default_str();

@@ -164,6 +164,10 @@ void register_errors(nb::module_& m) {
       raise_error(g_invariant_error, e, "violations", violations);
     } catch (const Error& e) {
       raise_error(g_error, e);
+    } catch (const nb::cast_error& e) {
+      // A value of another type than a binding converts (nanobind's own conversion, after the call
+      // was dispatched): a refusal of the input, not a bug, so an attnkit.Error like the others.
+      raise_error(g_error, Error("argument", "a value of another type", "the documented type", e.what()));
     }
   });
 }

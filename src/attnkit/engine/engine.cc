@@ -147,7 +147,9 @@ EngineConfig with_defaults(EngineConfig c) {
   ATTNKIT_REQUIRE(!c.executor.all_logits, "executor.all_logits", "true", "false",
                   "the engine samples every request's token on the step's platform; all logits are an executor "
                   "option for validation (ModelExecutor::execute with StepResult::kLogits)");
-  if (!c.async_scheduling) c.async_scheduling = c.executor.platform.kind == PlatformKind::kCuda;
+  ATTNKIT_REQUIRE(!(c.step_logits && c.async_scheduling.value_or(false)), "async_scheduling", "true",
+                  "false or unset with step_logits", "a step that returns logits is collected before the next launch");
+  if (!c.async_scheduling) c.async_scheduling = !c.step_logits && c.executor.platform.kind == PlatformKind::kCuda;
   return c;
 }
 }  // namespace
@@ -269,6 +271,10 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
   RequestOutput out;
   out.request_id = r.id;
   out.new_token = r.tokens[at];
+  if (!step.logits.empty()) {
+    const auto vocab = static_cast<std::size_t>(step.vocab_size);
+    out.logits = step.logits.subspan(index * vocab, vocab);
+  }
   r.finish_reason = stop_reason(r, at + 1);
   if (r.finish_reason != FinishReason::kNone) {
     // A step in flight may compute a token after this one: it is never reported.
@@ -351,7 +357,7 @@ bool Engine::Impl::launch_step(bool overlapped) {
   step.stats.schedule_us = us_since(t0);
   step.stats.overlapped = overlapped;
   // Every request's token is sampled on the step's platform: only token ids cross to the host.
-  step.result = StepResult::kSampledTokens;
+  step.result = config_.step_logits ? StepResult::kSampledTokensAndLogits : StepResult::kSampledTokens;
   if (!overlapped) {
     step.stats.host_gap_us = idle_us_ + us_since(idle_since_);
     idle_us_ = 0;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,10 @@ struct EngineConfig {
   // off on the CPU (whose steps compute inside their launch, so nothing overlaps; on, it runs the
   // same code path, which is how CI tests it).
   std::optional<bool> async_scheduling;
+  // Each output also carries its request's logits row (RequestOutput::logits): the steps return
+  // logits beside the tokens sampled on the device (StepResult::kSampledTokensAndLogits), a copy
+  // of the vocabulary per request per step, and never overlap (async scheduling is refused).
+  bool step_logits = false;
 };
 
 struct RequestSpec {
@@ -71,6 +76,8 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;  // FinishReason::kError: why (empty otherwise, so no allocation)
+  // EngineConfig::step_logits: the logits the token was sampled from (valid until the next step).
+  std::span<const float> logits;
 };
 
 // What one step did, for serve-bench's split and reports.

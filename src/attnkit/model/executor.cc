@@ -344,7 +344,7 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
                       str(static_cast<std::int64_t>(r.blocks[g].size())) + " blocks",
                       "[" + str(need) + ", " + str(buffers_->row_stride[g]) + "] for " + str(seq_len) + " tokens");
     }
-    if (result == StepResult::kSampledTokens && !r.sampling.valid()) {
+    if (samples_on_device(result) && !r.sampling.valid()) {
       r.sampling.validate(request_field(i, r.id, ".sampling."));
     }
     tokens += static_cast<std::int64_t>(r.tokens.size());
@@ -361,7 +361,7 @@ void ModelExecutor::check_previous_token(const StepRequest& r, std::size_t i) co
   ATTNKIT_REQUIRE(index >= 0, field(), str(index), "-1 (the host's tokens) or an index of the previous step");
   ATTNKIT_REQUIRE(launched_ > 0, field(), str(index), "-1 (no step was launched before)");
   const Launched& previous = slot(launched_ - 1);
-  ATTNKIT_REQUIRE(previous.result == StepResult::kSampledTokens, field(), str(index),
+  ATTNKIT_REQUIRE(samples_on_device(previous.result), field(), str(index),
                   "-1 (the previous step returned logits, so it left no tokens on the device)");
   ATTNKIT_REQUIRE(static_cast<std::size_t>(index) < previous.ids.size(), field(), str(index),
                   "[0, " + str(static_cast<std::int64_t>(previous.ids.size())) + ") (the previous step's requests)");
@@ -506,7 +506,7 @@ void ModelExecutor::launch_unchecked(std::span<const StepRequest> requests, Step
   build_step(requests, s);
   build_previous_tokens(requests, s.order);
   s.result = result;
-  if (result == StepResult::kSampledTokens) build_sampling(requests, s);
+  if (samples_on_device(result)) build_sampling(requests, s);
   const auto n = static_cast<std::int32_t>(requests.size());
   const std::int32_t padded = runner_->shape_for(n, s.order.num_tokens()).num_tokens_padded;
   if (cuda) s.start.record(stream_);
@@ -526,8 +526,9 @@ const StepOutput& ModelExecutor::collect() {
   const auto start = Clock::now();
   const std::int64_t k = collected_++;
   const Launched& s = slot(k);
-  if (s.result == StepResult::kSampledTokens) {
+  if (samples_on_device(s.result)) {
     finish_sampled_tokens(s);
+    if (s.result == StepResult::kSampledTokensAndLogits) finish_logits(s.order);
   } else {
     finish_logits(s.order);
     output_.sampled_tokens = {};
@@ -551,7 +552,7 @@ const StepOutput& ModelExecutor::collect() {
 // step may be launched beside it).
 void ModelExecutor::enqueue_result(Launched& s, Timer& timer) {
   Buffers& b = *buffers_;
-  if (s.result == StepResult::kSampledTokens) {
+  if (samples_on_device(s.result)) {
     const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, s.order.num_reqs(), arch_.vocab_size);
     if (s.all_greedy) {
       ops_->argmax_rows(logits, b.sampled.data(), stream_);

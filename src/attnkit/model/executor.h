@@ -56,7 +56,12 @@ struct ExecutorConfig {
 // definition of model/sampler.h with the request's StepRequest::sampling and sample_counter, so that
 // a step copies 4 bytes per request instead of the vocabulary's logits. A step whose requests are
 // all greedy takes the argmax alone (ModelOps::argmax_rows: no parameters to upload).
-enum class StepResult : std::uint8_t { kLogits, kSampledTokens };
+// kSampledTokensAndLogits: the tokens sampled on the step's platform and the logits too (a copy of
+// every request's row after the step): what a caller that writes logits beside the tokens needs
+// (attnkit generate --output-logits on the engine); no step is launched beside it, as for kLogits.
+enum class StepResult : std::uint8_t { kLogits, kSampledTokens, kSampledTokensAndLogits };
+// The results whose tokens are chosen on the step's platform.
+constexpr bool samples_on_device(StepResult r) { return r != StepResult::kLogits; }
 
 // One request of a step, in the scheduler's order.
 struct StepRequest {
