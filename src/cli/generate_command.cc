@@ -24,8 +24,8 @@
 #include "attnkit/model/executor.h"
 #include "attnkit/model/sampler.h"
 #include "attnkit/replay/npy.h"
+#include "attnkit/selection/platform_choice.h"
 #include "commands.h"
-#include "platform_choice.h"
 
 namespace attnkit::cli {
 
@@ -246,7 +246,7 @@ void run_generate(const GenerateFlags& f) {
                   "<= the model's max_position_embeddings " + std::to_string(positions));
   EngineConfig config;
   ExecutorConfig& ec = config.executor;
-  ec.platform = choose_platform(f.platform, f.backend);
+  ec.platform = choose_platform(f.platform, f.backend, "--platform");
   if (!f.backend.empty()) ec.backend = f.backend;
   ec.max_num_reqs = static_cast<std::int32_t>(prompts.size());
   ec.max_num_tokens = static_cast<std::int32_t>(std::max(total, prompts.size()));  // every prompt in step 1

@@ -4,8 +4,8 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/replay/replay.h"
+#include "attnkit/selection/platform_choice.h"
 #include "commands.h"
-#include "platform_choice.h"
 
 namespace attnkit::cli {
 
@@ -43,7 +43,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->callback([flags, &exit_code] {
     const BatchRecord record = load_batch_record(flags->dir);
     ReplayOptions options;
-    options.platform = choose_platform(flags->platform, flags->backend);
+    options.platform = choose_platform(flags->platform, flags->backend, "--platform");
     if (!flags->backend.empty()) options.backend = flags->backend;
     options.want_lse = flags->lse;
     options.check_invariants = !flags->no_check;

@@ -28,8 +28,8 @@
 #include "attnkit/engine/serve_bench.h"
 #include "attnkit/engine/trace.h"
 #include "attnkit/model/checkpoint.h"
+#include "attnkit/selection/platform_choice.h"
 #include "commands.h"
-#include "platform_choice.h"
 
 namespace attnkit::cli {
 
@@ -174,7 +174,7 @@ EngineConfig engine_config(const ServeBenchFlags& f, const std::vector<Trace>& t
   ATTNKIT_REQUIRE(f.max_num_seqs >= 0, "--max-num-seqs", std::to_string(f.max_num_seqs), ">= 1 (0: automatic)");
   EngineConfig c;
   ExecutorConfig& ec = c.executor;
-  ec.platform = choose_platform(f.platform, f.backend);
+  ec.platform = choose_platform(f.platform, f.backend, "--platform");
   if (!f.backend.empty()) ec.backend = f.backend;
   const std::int32_t seqs = f.max_num_seqs > 0 ? f.max_num_seqs
                                                : (most_concurrent > 0 ? most_concurrent : std::min(most_requests, 256));

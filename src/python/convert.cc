@@ -8,6 +8,7 @@
 
 #include "attnkit/core/dtype.h"
 #include "attnkit/invariants/checker.h"
+#include "attnkit/selection/platform_choice.h"
 #include "attnkit/selection/selector.h"
 #include "attnkit/selection/validate.h"
 
@@ -455,20 +456,6 @@ std::vector<LayerSpec> to_layer_specs(nb::handle layers) {
   return out;
 }
 
-Platform to_platform(const std::string& name, const std::string& field, int compute_capability) {
-  if (name == "cpu") return Platform::cpu();
-  const GpuProbe gpu = probe_gpu();
-  if (name == "cuda") {
-    if (gpu.available()) return Platform::cuda(gpu.compute_capability, gpu.device_name);
-    if (compute_capability > 0) return Platform::cuda(compute_capability, "described, no GPU used");
-    throw Error(field, "cuda", "cpu (no usable GPU here)", gpu.error.empty() ? "no GPU" : gpu.error);
-  }
-  if (name == "auto") {
-    return gpu.available() ? Platform::cuda(gpu.compute_capability, gpu.device_name) : Platform::cpu();
-  }
-  throw Error(field, name, "cpu, cuda, auto");
-}
-
 RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* group) {
   RunnerConfig c;
   if (config.is_none()) return c;
@@ -478,9 +465,9 @@ RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* gro
                   "check_invariants", "k_scale", "v_scale", "kv_poison", "compute_capability",
                   "context_parallel_size", "context_parallel_rank", "context_parallel_interleave",
                   "context_parallel_group"});
-  c.platform = to_platform(f.optional_string("platform").value_or("cpu"), f.where("platform"),
-                           f.int_or("compute_capability", 0));
   if (auto b = f.optional_string("backend"); b && *b != "auto") c.backend = *b;
+  c.platform = choose_platform(f.optional_string("platform").value_or("cpu"), c.backend.value_or(""),
+                               f.where("platform"), f.int_or("compute_capability", 0));
   c.max_num_reqs = f.int_or("max_num_reqs", c.max_num_reqs);
   c.max_num_tokens = f.int_or("max_num_tokens", c.max_num_tokens);
   c.max_model_len = f.int_or("max_model_len", c.max_model_len);

@@ -85,10 +85,6 @@ struct PyContextParallelGroup {
 // the config's context_parallel_group object (the runner keeps it alive: the config holds a raw
 // pointer to its group).
 RunnerConfig to_runner_config(nb::handle config, nb::handle log, nb::object* group = nullptr);
-// "cpu", "cuda" (this machine's GPU; an error without one) or "auto" (the GPU when there is one).
-// `compute_capability` > 0 with "cuda" and no GPU: a described platform, for selection only.
-Platform to_platform(const std::string& name, const std::string& field, int compute_capability = 0);
-
 // DLPack array -> TensorView, faithfully: data (with the byte offset), dtype, ndim <= 4, shape,
 // strides in elements, and the memory space from the device type (CPU and CUDA-pinned host memory
 // are host memory; CUDA memory is device memory, checked against the current device). No copy.

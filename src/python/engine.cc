@@ -18,6 +18,7 @@
 #include "attnkit/engine/engine.h"
 #include "attnkit/model/checkpoint.h"
 #include "attnkit/platform/platform.h"
+#include "attnkit/selection/platform_choice.h"
 #include "convert.h"
 
 namespace nb = nanobind;
@@ -202,8 +203,9 @@ EngineConfig engine_config(const LLMArgs& a) {
   const std::int32_t kv_memory_mb = to_int32(a.kv_memory_mb, "kv_memory_mb");
   ATTNKIT_REQUIRE(kv_memory_mb >= 1, "kv_memory_mb", std::to_string(kv_memory_mb), ">= 1");
   EngineConfig c;
-  c.executor.platform = to_platform(to_string_arg(a.platform, "platform"), "platform");
   if (!a.backend.is_none()) c.executor.backend = to_string_arg(a.backend, "backend");
+  c.executor.platform = choose_platform(to_string_arg(a.platform, "platform"), c.executor.backend.value_or(""),
+                                        "platform");
   c.executor.max_num_reqs = to_int32(a.max_num_seqs, "max_num_seqs");
   c.executor.max_num_tokens = to_int32(a.max_num_batched_tokens, "max_num_batched_tokens");
   c.executor.max_model_len = to_int32(a.max_model_len, "max_model_len");

@@ -23,6 +23,7 @@
 #include "attnkit/selection/registry.h"
 #include "attnkit/selection/selector.h"
 #include "attnkit/selection/validate.h"
+#include "attnkit/selection/platform_choice.h"
 #include "convert.h"
 
 #if ATTNKIT_HAVE_CUDA
@@ -288,7 +289,7 @@ void bind_context_parallel(nb::module_& m) {
       .def(
           "__init__",
           [](PyContextParallelHub* self, std::int32_t size, const std::string& platform) {
-            const bool device_memory = to_platform(platform, "platform").kind == PlatformKind::kCuda;
+            const bool device_memory = choose_platform(platform, "", "platform").kind == PlatformKind::kCuda;
             auto hub = std::make_shared<InProcessHub>(size, device_memory);
             new (self) PyContextParallelHub{std::move(hub)};
           },
@@ -627,12 +628,7 @@ nb::dict replay(const std::string& dir, std::optional<std::string> backend, cons
   const BatchRecord record = load_batch_record(dir);
   ReplayOptions options;
   if (backend && *backend == "auto") backend.reset();
-  if (platform == "auto" && backend) {
-    const BackendType* type = find_backend(*backend);
-    options.platform = type ? platform_here(type->caps()).value_or(Platform::cpu()) : Platform::cpu();
-  } else {
-    options.platform = to_platform(platform, "platform");
-  }
+  options.platform = choose_platform(platform, backend.value_or(""), "platform");
   options.backend = backend;
   options.want_lse = lse;
   options.check_invariants = check_invariants;

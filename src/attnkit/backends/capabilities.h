@@ -33,7 +33,10 @@ struct ComputeCapabilityRange {
   std::string describe() const;
 };
 
-// C1, ordered from least to most permissive so the runner can take a minimum (C2).
+// C1, ordered from least to most permissive so the runner can take a minimum (C2): which steps a
+// backend's attention may be captured in, whole (kAlways: every step; kUniformBatch: steps whose
+// requests all have one query length; kUniformSingleTokenDecode: decode-only steps). A step outside
+// the level is GraphMode::kPiecewise, which attnkit runs eagerly (it captures no piecewise graphs).
 enum class CudaGraphSupport : std::uint8_t { kNever, kUniformSingleTokenDecode, kUniformBatch, kAlways };
 std::string_view to_string(CudaGraphSupport support);
 

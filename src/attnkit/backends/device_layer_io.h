@@ -15,6 +15,24 @@ namespace attnkit {
 // Start-up: `values` in device memory (an empty array for none).
 DeviceArray<float> upload_layer_floats(const std::vector<float>& values);
 
+// Start-up: the layer's fields of a kernel's flat params struct (any struct with these members:
+// VARLEN's and GPU_REFERENCE's), filled in this one place: dtype, heads, head size, scale, soft-cap,
+// window, causality, and the device copies of the ALiBi slopes and sinks (null for none).
+template <class KernelParams>
+void fill_layer_fields(KernelParams& k, const LayerParams& params, const DeviceArray<float>& alibi_slopes,
+                       const DeviceArray<float>& sinks) {
+  k.activation_dtype = params.dtype;
+  k.num_q_heads = params.num_q_heads;
+  k.num_kv_heads = params.num_kv_heads;
+  k.head_size = params.head_size;
+  k.scale = params.softmax_scale();
+  k.soft_cap = params.soft_cap.value_or(0.0f);
+  k.sliding_window = params.sliding_window.value_or(0);
+  k.causal = params.attn_type == AttentionType::kDecoder;
+  k.alibi_slopes = alibi_slopes.data();
+  k.sinks = sinks.data();
+}
+
 // Per layer per step. Q/K/V/output: [>= rows, heads, head_size] of `dtype` in device memory, head
 // dim contiguous. Throws attnkit::Error naming the tensor, its value and the allowed shape.
 void check_device_tokens(const TensorView& t, const char* name, std::int64_t rows, std::int64_t heads,

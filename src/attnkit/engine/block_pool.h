@@ -8,8 +8,8 @@
 // and its whole chain of ancestors are the ones asked for; two contents whose 64-bit hashes
 // collide share a bucket and are told apart by that comparison.
 //
-// Internal to the engine (no allocation after construction; ids are checked by the caller). Not
-// kv/block_pool.h's BlockPool, the plain K3 pool without a cache.
+// Internal to the engine (no allocation after construction; ids are checked by the caller). The
+// layer's side of K3 (tensors, never ids) is kv/kv_cache.h.
 #pragma once
 
 #include <cstdint>

@@ -17,7 +17,7 @@
 #include <map>
 #include <vector>
 
-#include "attnkit/engine/engine.h"
+#include "attnkit/engine/request.h"
 #include "attnkit/engine/kv_cache_manager.h"
 
 namespace attnkit {

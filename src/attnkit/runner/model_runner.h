@@ -124,7 +124,11 @@ struct RunnerStartupTimes {
   double prepare_s = 0;
 };
 
-// C1/C2: what the whole chain may capture this step: the minimum over all active groups.
+// C1/C2: what the whole chain may capture this step: the minimum over all active groups. kFull:
+// the whole step, attention included, may be one CUDA graph (the executor captures and replays
+// it). kPiecewise: only the parts between attention layers could be captured; attnkit captures no
+// piecewise graphs, so such a step RUNS EAGERLY (every kernel launched one by one): the name says
+// what the chain allows, not what runs. kEager: no capture at all (no capture size for the step).
 enum class GraphMode : std::uint8_t { kEager, kPiecewise, kFull };
 std::string_view to_string(GraphMode mode);
 

@@ -26,17 +26,7 @@ VarlenCudaImpl::VarlenCudaImpl(const LayerParams& params, KernelVariant variant)
   kernels::check_launch(kernels::varlen_occupancy(params.head_size, params.dtype, params.kv_cache_dtype, &occupancy));
   alibi_slopes_ = upload_layer_floats(params.alibi_slopes);
   sinks_ = upload_layer_floats(params.sinks);
-  kernels::VarlenParams& k = kernel_params_;
-  k.activation_dtype = params.dtype;
-  k.num_q_heads = params.num_q_heads;
-  k.num_kv_heads = params.num_kv_heads;
-  k.head_size = params.head_size;
-  k.scale = params.softmax_scale();
-  k.soft_cap = params.soft_cap.value_or(0.0f);
-  k.sliding_window = params.sliding_window.value_or(0);
-  k.causal = params.attn_type == AttentionType::kDecoder;
-  k.alibi_slopes = alibi_slopes_.data();
-  k.sinks = sinks_.data();
+  fill_layer_fields(kernel_params_, params, alibi_slopes_, sinks_);
 }
 
 void VarlenCudaImpl::forward(const TensorView& query, const TensorView& key, const TensorView& value,
