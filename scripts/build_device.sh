@@ -16,8 +16,8 @@ cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_BUILD_BENC
   -DATTNKIT_PYTHON_INCLUDE="$python_include" -DATTNKIT_PYTHON_EXT_SUFFIX="${ATTNKIT_PYTHON_EXT_SUFFIX:-}" >/dev/null
 # ATTNKIT_DEVICE_TESTS picks the test programs (default: all the GPU checks use, the model and engine
 # tests too); ATTNKIT_DEVICE_BENCH=0 leaves the step, host and context-parallel benchmarks out.
-read -r -a tests <<<"${ATTNKIT_DEVICE_TESTS:-test_platform test_kv test_backends test_runner test_conformance test_cli test_parallel test_model test_engine}"
-targets=(attnkit_cli engine_loop attnkit_attention_bench "${tests[@]}")
+read -r -a tests <<<"${ATTNKIT_DEVICE_TESTS:-test_platform test_kv test_backends test_runner test_conformance test_cli test_parallel test_checkpoint test_ops test_model test_engine test_serve_bench}"
+targets=(attnkit_cli runner_loop attnkit_attention_bench "${tests[@]}")
 python_targets=()
 if [[ -n "$python_include" ]]; then
   python_targets=(attnkit_python)
@@ -28,7 +28,7 @@ bench_targets=(attnkit_step_bench attnkit_host_bench attnkit_cp_bench)
 cmake --build build-dev -j "$(nproc)" --target "${targets[@]}" "${bench_targets[@]+"${bench_targets[@]}"}" \
   "${python_targets[@]+"${python_targets[@]}"}"
 rm -rf build-device && mkdir -p build-device
-cp build-dev/attnkit build-dev/examples/engine_loop/engine_loop build-dev/bench/attnkit_attention_bench build-device/
+cp build-dev/attnkit build-dev/examples/runner_loop/runner_loop build-dev/bench/attnkit_attention_bench build-device/
 for t in "${bench_targets[@]+"${bench_targets[@]}"}"; do cp "build-dev/bench/$t" build-device/; done
 for t in "${targets[@]:3}"; do cp "build-dev/tests/$t" build-device/; done
 strip build-device/*
@@ -36,7 +36,7 @@ strip build-device/*
 # (scripts/device_env.sh puts build-device/lib on LD_LIBRARY_PATH).
 mkdir -p build-device/lib
 cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian build-device/lib/
-# Every program links Debian's OpenBLAS (the CPU model ops' products, model/cpu_ops.cc), which the
+# Every program links Debian's OpenBLAS (the CPU model ops' products, ops/cpu_ops.cc), which the
 # GPU machine lacks too, with the gfortran runtime it needs.
 openblas="$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0)"
 cp "$openblas" build-device/lib/libopenblas.so.0

@@ -59,7 +59,7 @@ run conformance "$bin/test_conformance" --gtest_filter='*GPU_REFERENCE*:*VARLEN*
 run replay_cli "$bin/test_cli" --gtest_filter='CliReplayOnTheGpu*:CliDemo*'
 run context_parallel "$bin/test_parallel"
 run demo "$bin/attnkit" demo
-run engine_loop "$bin/engine_loop"
+run runner_loop "$bin/runner_loop"
 run backends "$bin/attnkit" backends
 run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'
 run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 --kernel-name-exclude kns=cudnn_generated "$bin/test_runner" --gtest_filter='CudaStep*:*CudaGraphBackend*'

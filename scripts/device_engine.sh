@@ -3,7 +3,7 @@
 # (issue 33, sections 6 and 9) with `attnkit serve-bench` on a Llama-3.1-8B-shaped model of random
 # weights (`attnkit make-model --family llama --size 8b`: the published shape, bf16, ~16 GB).
 #   sweep   ShareGPT-like lengths (lognormal, medians 100 input / 200 output tokens, clipped to
-#           1..1024; src/attnkit/engine/trace.h says where the numbers come from), closed loop at
+#           1..1024; src/attnkit/serve_bench/trace.h says where the numbers come from), closed loop at
 #           CONCURRENCY (default 1,16,64,256) with NUM_REQUESTS requests per point (default
 #           16,64,256,512: enough to fill each level several times over without running the
 #           low-concurrency points for minutes), then bench/serve_plot.py's PNG when matplotlib is there.

@@ -20,9 +20,9 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/engine/engine.h"
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/executor.h"
-#include "attnkit/model/sampler.h"
+#include "attnkit/ops/sampler.h"
 #include "attnkit/replay/npy.h"
 #include "attnkit/selection/platform_choice.h"
 #include "commands.h"
@@ -174,7 +174,7 @@ struct Generation {
 // Every prompt through the serving engine (the scheduler, KV manager with prefix caching and the
 // device sampling serve-bench runs), all queued at once, each until --max-tokens or an
 // end-of-sequence id. Request i samples with seed + i, its token number t with counter t
-// (model/sampler.h). With a logits file each step also returns the logits its tokens were sampled
+// (ops/sampler.h). With a logits file each step also returns the logits its tokens were sampled
 // from, written row by row.
 Generation generate_batch(Engine& engine, const std::vector<std::vector<std::int32_t>>& prompts,
                           const SamplingParams& sampling, const GenerateFlags& f, LogitsFile* logits_file) {

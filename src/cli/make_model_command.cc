@@ -5,7 +5,7 @@
 #include <string>
 
 #include "attnkit/core/error.h"
-#include "attnkit/model/make_model.h"
+#include "attnkit/checkpoint/make_model.h"
 #include "commands.h"
 
 namespace attnkit::cli {

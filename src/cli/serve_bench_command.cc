@@ -25,9 +25,9 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/engine/engine.h"
-#include "attnkit/engine/serve_bench.h"
-#include "attnkit/engine/trace.h"
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/serve_bench/serve_bench.h"
+#include "attnkit/serve_bench/trace.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/selection/platform_choice.h"
 #include "commands.h"
 

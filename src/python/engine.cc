@@ -16,7 +16,7 @@
 
 #include "attnkit/core/error.h"
 #include "attnkit/engine/engine.h"
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/platform/platform.h"
 #include "attnkit/selection/platform_choice.h"
 #include "convert.h"

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attnkit/model/sampler.h"
+#include "attnkit/ops/sampler.h"
 #include "cli/cli_runner.h"
 #include "cli/exit_codes.h"
 
@@ -109,7 +109,7 @@ TEST_F(CliGenerateLogits, GreedyTokensAreTheArgmaxOfTheirRows) {
 
 // Seeded sampling: with --output-logits the host samples the rows it writes, without it the step's
 // platform samples and only token ids come back; both give the same tokens, and every token is the
-// definition's pick (model/sampler.h) from its row, request r with seed + r, its token t with counter t.
+// definition's pick (ops/sampler.h) from its row, request r with seed + r, its token t with counter t.
 TEST_F(CliGenerateLogits, SampledTokensAreTheDefinitionsPickFromTheirRows) {
   const std::vector<std::string> sampling = {"--ignore-eos", "--temperature", "0.9", "--top-k", "40", "--top-p", "0.9",
                                              "--seed", "5"};

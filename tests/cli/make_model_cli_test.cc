@@ -8,7 +8,7 @@
 #include <iterator>
 #include <string>
 
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "cli/cli_runner.h"
 #include "cli/exit_codes.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "attnkit/engine/engine.h"
-#include "attnkit/model/make_model.h"
+#include "attnkit/checkpoint/make_model.h"
 #include "attnkit/platform/platform.h"
 
 namespace attnkit::engine_test {

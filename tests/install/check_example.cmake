@@ -1,4 +1,4 @@
-# ctest: build examples/engine_loop the way a user would, as a project of its own that finds
+# ctest: build examples/runner_loop the way a user would, as a project of its own that finds
 # attnkit only through find_package in an installed prefix, then run it: it runs a 2-layer model
 # for 3 steps and exits non-zero when an output differs from its brute-force attention.
 # Inputs: SOURCE_DIR (repo root), BUILD_DIR (configured and built tree), WORK_DIR (scratch).
@@ -32,7 +32,7 @@ else()
 endif()
 
 # Only the prefix may satisfy find_package: no package registries, no build tree.
-run_step("example configure" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_loop -B ${example_build}
+run_step("example configure" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/runner_loop -B ${example_build}
          -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix}
          -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 string(FIND "${step_output}" "attnkit package found at ${prefix}/" found_at)
@@ -42,10 +42,10 @@ endif()
 
 run_step("example build" ${CMAKE_COMMAND} --build ${example_build})
 # run_step fails on a non-zero exit: a mismatch against the brute force, or any error.
-run_step("example run" ${example_build}/engine_loop)
+run_step("example run" ${example_build}/runner_loop)
 
-string(FIND "${step_output}" "engine_loop: all outputs match the brute-force attention" passed_at)
+string(FIND "${step_output}" "runner_loop: all outputs match the brute-force attention" passed_at)
 if(passed_at EQUAL -1)
-  message(FATAL_ERROR "engine_loop exited 0 without reporting a match:\n${step_output}")
+  message(FATAL_ERROR "runner_loop exited 0 without reporting a match:\n${step_output}")
 endif()
 message(STATUS "example check passed:\n${step_output}")

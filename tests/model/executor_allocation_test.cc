@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/executor.h"
 #include "model/hf_reference.h"
 #include "model/tiny_checkpoint.h"

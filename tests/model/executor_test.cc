@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "attnkit/core/error.h"
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/executor.h"
 #include "model/hf_reference.h"
 #include "model/tiny_checkpoint.h"

@@ -3,7 +3,7 @@
 // allocates KV blocks per KV-cache group (prefix caching by content hash, sliding windows release
 // what falls out of them), preempts the newest requests by recompute when blocks run out, runs
 // the step through the executor (CUDA graphs where the runner allows), samples every request's token
-// on the step's platform (model/sampler.h's definition with the request's seed and its number of
+// on the step's platform (ops/sampler.h's definition with the request's seed and its number of
 // generated tokens as the counter: only token ids reach the host), and reports the tokens each
 // request gained.
 //
@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "attnkit/engine/request.h"
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/executor.h"
-#include "attnkit/model/sampler.h"
+#include "attnkit/ops/sampler.h"
 
 namespace attnkit {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attnkit/model/sampler.h"
+#include "attnkit/ops/sampler.h"
 
 namespace attnkit {
 

@@ -25,10 +25,10 @@
 #include <string_view>
 #include <vector>
 
-#include "attnkit/model/checkpoint.h"
+#include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/model_weights.h"
-#include "attnkit/model/ops.h"
-#include "attnkit/model/sampler.h"
+#include "attnkit/ops/ops.h"
+#include "attnkit/ops/sampler.h"
 #include "attnkit/runner/model_runner.h"
 
 namespace attnkit {
@@ -53,7 +53,7 @@ struct ExecutorConfig {
 
 // What a step hands back to the host: every request's logits (for callers that need them: logits
 // files, validation), or only each request's token, sampled on the step's platform by the
-// definition of model/sampler.h with the request's StepRequest::sampling and sample_counter, so that
+// definition of ops/sampler.h with the request's StepRequest::sampling and sample_counter, so that
 // a step copies 4 bytes per request instead of the vocabulary's logits. A step whose requests are
 // all greedy takes the argmax alone (ModelOps::argmax_rows: no parameters to upload).
 // kSampledTokensAndLogits: the tokens sampled on the step's platform and the logits too (a copy of

@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "attnkit/model/checkpoint.h"
-#include "attnkit/model/model_config.h"
-#include "attnkit/model/ops.h"
+#include "attnkit/checkpoint/checkpoint.h"
+#include "attnkit/checkpoint/model_config.h"
+#include "attnkit/ops/ops.h"
 
 namespace attnkit {
 
