@@ -75,7 +75,7 @@ TEST(ExecutorMisuse, ContextPastWhatStepsWroteIsRefused) {
   // A decode that counts 21 computed tokens where 20 were written.
   EXPECT_EQ(field_of_step(ex, {{0, {5}, 21, {1, 2}}}), "num_computed_tokens of request 0 (block_tables[0])");
   // A fresh request claiming a context in blocks no step wrote (its logits would read the poison).
-  EXPECT_EQ(field_of_step(ex, {{1, {5}, 7, {3}}}), "num_computed_tokens of request 0 (block_tables[0])");
+  EXPECT_EQ(field_of_step(ex, {{1, {5}, 7, {3}}}), "num_computed_tokens of request 1 (block_tables[0])");
   // The executor goes on: the right count runs.
   EXPECT_EQ(field_of_step(ex, {{0, {5}, 20, {1, 2}}}), "no error");
 }
@@ -87,6 +87,12 @@ TEST(ExecutorMisuse, AFreedBlockRewrittenByAnotherRequestIsRefusedToItsOldOwner)
   EXPECT_EQ(field_of_step(ex, {{1, {4, 4, 4}, 0, {2}}}), "no error");
   // ... then request 0, still naming it, decodes: its 4 context slots there are gone.
   EXPECT_EQ(field_of_step(ex, {{0, {5}, 20, {1, 2}}}), "num_computed_tokens of request 0 (block_tables[0])");
+  // The same with more slots written by the new owner than the old one had: refused by ownership.
+  EXPECT_EQ(field_of_step(ex, {{2, kPrompt, 0, {5, 6}}}), "no error");
+  EXPECT_EQ(field_of_step(ex, {{3, std::vector<std::int32_t>(10, 4), 0, {6}}}), "no error");
+  EXPECT_EQ(field_of_step(ex, {{2, {5}, 20, {5, 6}}}), "block_tables[0] row of request 2 (row 0)");
+  // A request's own page: accepted, after the refusals.
+  EXPECT_EQ(field_of_step(ex, {{3, {5}, 10, {6}}}), "no error");
 }
 
 TEST(ExecutorMisuse, BadConfigurationsAreRefusedBeforeAnythingRuns) {

@@ -59,7 +59,10 @@ GroupBlockTable::GroupBlockTable(const GroupBlockTableConfig& config) : config_(
   // At most every token starts a page, plus a partial page per request: a bound on one step's writes.
   written_list_.assign(std::min(pages, static_cast<std::size_t>(config_.max_num_tokens) + 2 * reqs), 0);
   request_pages_.assign(reqs, RequestPages{});
-  if (config_.check_context_written && attention) filled_.assign(pages, 0);
+  if (config_.check_context_written && attention) {
+    filled_.assign(pages, 0);
+    owner_.assign(pages, -1);
+  }
   const int b = g.kernel_block_size;
   if (b > 0 && (b & (b - 1)) == 0) page_shift_ = std::countr_zero(static_cast<unsigned>(b));
 }
@@ -99,7 +102,8 @@ void GroupBlockTable::check_rows_argument(const ManagerBlockTable& rows, std::in
 // Before the rows are copied: every page a request writes this step, by the host's lengths (of
 // those the ones this rank stores), stamped with its writer. A second writer of a page (another
 // request, or the same request at another position of its row) is refused.
-void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows) {
+void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows,
+                                   std::span<const std::int32_t> ids) {
   const auto limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
   const std::int32_t k = config_.geometry.blocks_per_manager_block();
   // Host lengths that are upper bounds (D2) say nothing exact about which slots get written.
@@ -108,7 +112,7 @@ void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const Ma
     const RequestPages p = pages_of(r, tmpl);
     request_pages_[static_cast<std::size_t>(r)] = p;
     if (p.pages > rows.row_stride * k) continue;  // copy_rows names the short row
-    if (fill) check_and_fill(r, p, rows);
+    if (fill) check_and_fill(r, p, rows, ids.empty() ? -1 : ids[static_cast<std::size_t>(r)]);
     for (std::int32_t page = p.first_written; page < p.pages; ++page) {
       const std::int32_t block = rows.row(r)[static_cast<std::size_t>(page / k)];
       if (static_cast<std::uint32_t>(block) >= limit) [[unlikely]] throw_block_out_of_range(r, rows.row(r));
@@ -130,9 +134,12 @@ void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const Ma
 }
 
 // check_context_written, per request (two lookups and the pages it writes): the page of its last
-// context slot must hold that slot written, then the pages it writes record their new fill (a
-// write at slot 0 starts a page's life over: a freed page reused by another request).
-void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows) {
+// context slot must hold that slot written, and when that page is partly written (prefix caching
+// shares full pages only) this request must have begun its life; then the pages it writes record
+// their new fill and, where a write at slot 0 starts a page's life over (a freed page reused by
+// another request), their new owner.
+void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows,
+                                     std::int32_t id) {
   const std::int32_t b = config_.geometry.kernel_block_size;
   const std::uint32_t limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
   const std::int32_t k = config_.geometry.blocks_per_manager_block();
@@ -142,7 +149,10 @@ void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, cons
       throw_block_out_of_range(r, rows.row(r));
     }
     const auto page = static_cast<std::size_t>(kernel_page(rows, r, last / b));
-    if (filled_[page] <= last % b) [[unlikely]] throw_context_unwritten(r, p, static_cast<std::int32_t>(page));
+    if (filled_[page] <= last % b) [[unlikely]] throw_context_unwritten(id >= 0 ? id : r, p, static_cast<std::int32_t>(page));
+    if (filled_[page] < b && id >= 0 && owner_[page] != id) [[unlikely]] {
+      throw_page_of_another(r, id, static_cast<std::int32_t>(page));
+    }
   }
   for (std::int32_t page = p.first_written; page < p.pages; ++page) {
     const std::int32_t begin = std::max(p.context - page * b, 0);
@@ -151,9 +161,18 @@ void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, cons
     if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(page / k)]) >= limit) [[unlikely]] {
       throw_block_out_of_range(r, rows.row(r));
     }
-    std::int32_t& f = filled_[static_cast<std::size_t>(kernel_page(rows, r, page))];
+    const auto physical = static_cast<std::size_t>(kernel_page(rows, r, page));
+    std::int32_t& f = filled_[physical];
     f = begin == 0 ? end : std::max(f, end);
+    if (begin == 0) owner_[physical] = id;
   }
+}
+
+void GroupBlockTable::throw_page_of_another(std::int32_t r, std::int32_t id, std::int32_t page) const {
+  throw Error("block_tables[" + str(config_.group_index) + "] row of request " + str(id) + " (row " + str(r) + ")",
+              "page " + str(page) + ", begun by request " + str(owner_[static_cast<std::size_t>(page)]),
+              "the request's own partly written page as its last context page",
+              "a block freed and handed to another request since: its context there is that request's KV");
 }
 
 void GroupBlockTable::throw_context_unwritten(std::int32_t r, const RequestPages& p, std::int32_t page) const {
@@ -255,7 +274,8 @@ void GroupBlockTable::clear_written() {
 }
 
 const CommonAttentionMetadata& GroupBlockTable::plan(const CommonAttentionMetadata& tmpl,
-                                                     const ManagerBlockTable& rows) {
+                                                     const ManagerBlockTable& rows,
+                                                     std::span<const std::int32_t> request_ids) {
   check_rows_argument(rows, tmpl.num_reqs);
   if (++serial_ == 0) {  // the serial wrapped: stale stamps could alias the new ones
     std::fill(writer_step_.begin(), writer_step_.end(), 0u);
@@ -266,7 +286,7 @@ const CommonAttentionMetadata& GroupBlockTable::plan(const CommonAttentionMetada
     GroupBlockTable* table;
     ~ClearWritten() { table->clear_written(); }
   } clear{this};
-  if (config_.geometry.spec.is_attention()) mark_writers(tmpl, rows);
+  if (config_.geometry.spec.is_attention()) mark_writers(tmpl, rows, request_ids);
   if (copy_rows(tmpl, rows)) [[unlikely]] throw_read_of_written_page(tmpl);
   fill_common(tmpl);
   return common_;

@@ -55,7 +55,10 @@ class GroupBlockTable {
   // and a page written this step that another request (or the writer at another position) reads;
   // the group's copy of `tmpl` (block table, slot mapping, page size, causality, shared prefix);
   // on the CPU platform the slot mapping itself. Throws Error naming the request and the block.
-  const CommonAttentionMetadata& plan(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);
+  // `request_ids`: the step's ids in the runner's order (check_context_written names the owner of a
+  // page with them).
+  const CommonAttentionMetadata& plan(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows,
+                                      std::span<const std::int32_t> request_ids = {});
   // Per step, device part: the table's upload, then the slot mapping from the device table and
   // device lengths, on `stream`. Nothing on the CPU platform.
   void enqueue(Stream stream) const;
@@ -85,9 +88,11 @@ class GroupBlockTable {
   // Whether any of `pages` is written this step (the byte map), eight lookups per round.
   bool any_written(const std::int32_t* pages, std::int32_t count) const;
   void check_rows_argument(const ManagerBlockTable& rows, std::int32_t num_reqs) const;
-  void mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);
-  void check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows);
+  void mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows,
+                    std::span<const std::int32_t> ids);
+  void check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows, std::int32_t id);
   [[noreturn]] void throw_context_unwritten(std::int32_t r, const RequestPages& p, std::int32_t page) const;
+  [[noreturn]] void throw_page_of_another(std::int32_t r, std::int32_t id, std::int32_t page) const;
   bool copy_rows(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);
   [[noreturn]] void throw_block_out_of_range(std::int32_t r, std::span<const std::int32_t> row) const;
   [[noreturn]] void throw_read_of_written_page(const CommonAttentionMetadata& tmpl) const;
@@ -115,6 +120,7 @@ class GroupBlockTable {
   // check_context_written: slots written in each page since its last write at slot 0 (the start of
   // its current life), by the host lengths of the steps planned here.
   std::vector<std::int32_t> filled_;
+  std::vector<std::int32_t> owner_;  // the request id that began each page's current life
   std::vector<RequestPages> request_pages_;  // this step's, per request (mark_writers fills it)
   std::size_t num_written_ = 0;
   std::uint32_t serial_ = 0;

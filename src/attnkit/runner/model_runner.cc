@@ -586,7 +586,7 @@ void ModelRunner::plan(const StepInput& step, bool wait_for_previous_copies) {
                   std::to_string(kv_groups_.size()) + " (one per KV-cache group)");
   PlanReuse reuse;
   for (std::size_t gi = 0; gi < kv_groups_.size(); ++gi) {
-    kv_groups_[gi].tables.plan(tmpl, step.block_tables[gi]);
+    kv_groups_[gi].tables.plan(tmpl, step.block_tables[gi], step.request_ids);
     build_group_metadata(kv_groups_[gi], reuse);
   }
   graph_mode_ = graph_mode_for(common_builder_.query_lens());
