@@ -235,3 +235,71 @@ INSTANTIATE_TEST_SUITE_P(Families, ExecutorMatchesDenseReference, ::testing::Val
 
 }  // namespace
 }  // namespace attnkit::testing
+
+namespace attnkit::testing {
+namespace {
+
+// Issue 41 (speculative verification): a request may sample its last num_sampled rows, row j with
+// counter sample_counter + j: each row's token is the host definition's pick from that row's
+// logits (an all-logits executor's), greedy or sampled, beside requests that sample one row.
+TEST(ExecutorSampledRows, EachRowIsTheDefinitionsPickFromItsLogits) {
+  const HfModel model = make_random_model(tiny_preset("llama3"), 78);
+  const fs::path dir = scratch("sampled_rows");
+  fs::remove_all(dir);
+  write_tiny_checkpoint(dir, model, CheckpointOptions{});
+  for (const char* backend : {"REFERENCE", "VARLEN", "CSR_PLAN"}) {
+    ExecutorConfig ec;
+    ec.backend = backend;
+    ec.max_num_reqs = 4;
+    ec.max_num_tokens = 64;
+    ec.max_model_len = 64;
+    ec.num_blocks = 64;
+    ec.max_sampled_rows = 12;
+    ExecutorConfig all = ec;
+    all.all_logits = true;
+    ModelExecutor rows_ex(load_model(dir.string()), ec), logits_ex(load_model(dir.string()), all);
+    const std::vector<std::vector<std::int32_t>> prompts = {{5, 9, 2, 30, 8, 8, 3}, {7, 1}, {40, 41, 42, 43, 44}};
+    const std::vector<std::int32_t> sampled = {4, 1, 5};
+    const std::vector<SamplingParams> params = {{}, {0.9f, 20, 0.95f, 3}, {1.1f, 0, 1.0f, 8}};
+    std::vector<std::vector<std::int32_t>> blocks = {{1, 2}, {3}, {4}};
+    std::vector<std::vector<std::span<const std::int32_t>>> rows(3);
+    std::vector<StepRequest> step(3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      rows[i].assign(static_cast<std::size_t>(rows_ex.num_kv_groups()), blocks[i]);
+      step[i].id = static_cast<std::int32_t>(i);
+      step[i].tokens = prompts[i];
+      step[i].blocks = rows[i];
+      step[i].sampling = params[i];
+      step[i].sample_counter = 10 * i;
+      step[i].num_sampled = sampled[i];
+    }
+    const StepOutput& got = rows_ex.execute(step, StepResult::kSampledTokens);
+    ASSERT_EQ(got.sampled_offsets.size(), 4u) << backend;
+    std::vector<std::int32_t> got_rows(got.sampled_rows.begin(), got.sampled_rows.end());
+    std::vector<std::int32_t> offsets(got.sampled_offsets.begin(), got.sampled_offsets.end());
+    for (StepRequest& r : step) r.num_sampled = 1;
+    const StepOutput& want = logits_ex.execute(step, StepResult::kLogits);
+    SampleScratch scratch;
+    const auto vocab = static_cast<std::size_t>(want.vocab_size);
+    std::size_t row_start = 0;  // the scheduler's token row of request i's first token
+    for (std::size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(offsets[i + 1] - offsets[i], sampled[i]) << backend;
+      for (std::int32_t j = 0; j < sampled[i]; ++j) {
+        const std::size_t token_row = row_start + prompts[i].size() - static_cast<std::size_t>(sampled[i]) +
+                                      static_cast<std::size_t>(j);
+        const auto logits = want.all_logits.subspan(token_row * vocab, vocab);
+        EXPECT_EQ(got_rows[static_cast<std::size_t>(offsets[i] + j)],
+                  sample_token(logits, params[i], 10 * i + static_cast<std::uint64_t>(j), scratch))
+            << backend << ", request " << i << ", row " << j;
+      }
+      row_start += prompts[i].size();
+    }
+    // Refused: more rows than tokens, more than max_sampled_rows, several rows with logits back.
+    step[0].num_sampled = 8;
+    EXPECT_EQ(field_of([&] { rows_ex.execute(step, StepResult::kSampledTokens); }), "requests[0] (id 0).num_sampled");
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attnkit::testing

@@ -88,6 +88,12 @@ struct ModelExecutor::Launched {
   // kSampledTokens: the token ids, runner order, copied here asynchronously (pinned on CUDA) so
   // that the next step's copy cannot overwrite them before this step's collect reads them.
   DeviceArray<std::int32_t> tokens_host;
+  // Sampled rows of the step: request i's (runner order) at [row_offsets[i], row_offsets[i + 1]),
+  // scheduler request r's output at [sched_offsets[r], ...). multi_row: some request samples more
+  // than one row (no graph; no next step may take a token from it).
+  std::vector<std::int32_t> row_offsets, sched_offsets;
+  std::int32_t num_rows = 0;
+  bool multi_row = false;
   // CUDA: before the step's first work and after its last (the token copy): collect waits on
   // `end` alone, and the two give the GPU's idle time between steps.
   StreamEvent start{true}, end{true};
@@ -126,6 +132,7 @@ struct ModelExecutor::Buffers {
   std::vector<float> logits_host, logits_out, all_host, all_out;
   DeviceArray<std::int32_t> sampled;  // [max_num_reqs], the ops' memory: the step's device tokens
   std::vector<std::int32_t> sampled_out;  // scheduler order
+  std::vector<std::int32_t> sampled_rows_out;  // every sampled row, scheduler order
   std::vector<std::uint8_t> non_finite;   // scheduler order: the request's logits were not finite
   std::vector<std::int32_t> previous_pos;  // the previous step's runner position of each of its requests
   std::int32_t head_count = 0;  // rows the LM head computes this step
@@ -247,7 +254,8 @@ void ModelExecutor::allocate_buffers() {
   const std::size_t act = size_of(ops_->activation_dtype());
   const std::int64_t h = arch_.hidden_size, d = arch_.head_dim;
   const std::int64_t q = arch_.num_q_heads * d, kv = arch_.num_kv_heads * d, inter = arch_.intermediate_size;
-  const std::int64_t head_rows = config_.all_logits ? t : r;
+  const std::int64_t rows_cap = std::max<std::int64_t>(r, config_.max_sampled_rows);
+  const std::int64_t head_rows = config_.all_logits ? t : rows_cap;
   const auto bytes = [](std::int64_t n, std::size_t e) { return static_cast<std::size_t>(n) * e; };
   b.x = DeviceArray<std::byte>(mem, bytes(t * h, act));
   b.h = DeviceArray<std::byte>(mem, bytes(t * h, act));
@@ -273,7 +281,7 @@ void ModelExecutor::allocate_buffers() {
   const std::size_t rows_at = layout.add<std::int32_t>(static_cast<std::size_t>(head_rows));
   const std::size_t src_at = layout.add<std::int32_t>(static_cast<std::size_t>(r));
   const std::size_t dst_at = layout.add<std::int32_t>(static_cast<std::size_t>(r));
-  const std::size_t sampling_at = layout.add<RowSampling>(static_cast<std::size_t>(r));
+  const std::size_t sampling_at = layout.add<RowSampling>(static_cast<std::size_t>(rows_cap));
   MemoryResource& pinned = on_cuda(config_) ? pinned_host_memory() : host_memory();
   b.indices = Workspace(layout, mem, pinned);
   b.token_ids = b.indices.region<std::int32_t>(ids_at, static_cast<std::size_t>(t));
@@ -281,8 +289,8 @@ void ModelExecutor::allocate_buffers() {
   b.head_rows = b.indices.region<std::int32_t>(rows_at, static_cast<std::size_t>(head_rows));
   b.previous_src = b.indices.region<std::int32_t>(src_at, static_cast<std::size_t>(r));
   b.previous_dst = b.indices.region<std::int32_t>(dst_at, static_cast<std::size_t>(r));
-  b.row_sampling = b.indices.region<RowSampling>(sampling_at, static_cast<std::size_t>(r));
-  std::fill_n(b.row_sampling.host, r, RowSampling{});
+  b.row_sampling = b.indices.region<RowSampling>(sampling_at, static_cast<std::size_t>(rows_cap));
+  std::fill_n(b.row_sampling.host, rows_cap, RowSampling{});
   std::fill_n(b.previous_src.host, r, 0);
   std::fill_n(b.previous_dst.host, r, -1);
   std::fill_n(b.token_ids.host, t, 0);  // padding rows: token 0 at position 0
@@ -297,11 +305,16 @@ void ModelExecutor::allocate_buffers() {
   }
   b.tables.resize(groups);
   b.logits_host.resize(static_cast<std::size_t>(r * arch_.vocab_size));
-  b.sampled = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(r));
+  b.sampled = DeviceArray<std::int32_t>(mem, static_cast<std::size_t>(rows_cap));
   b.sampled_out.resize(static_cast<std::size_t>(r));
+  b.sampled_rows_out.resize(static_cast<std::size_t>(rows_cap));
   b.non_finite.resize(static_cast<std::size_t>(r));
   b.previous_pos.resize(static_cast<std::size_t>(r));
-  for (Launched& s : b.launched) s.tokens_host = DeviceArray<std::int32_t>(pinned, static_cast<std::size_t>(r));
+  for (Launched& s : b.launched) {
+    s.tokens_host = DeviceArray<std::int32_t>(pinned, static_cast<std::size_t>(rows_cap));
+    s.row_offsets.reserve(static_cast<std::size_t>(r) + 1);
+    s.sched_offsets.reserve(static_cast<std::size_t>(r) + 1);
+  }
   b.logits_out.resize(b.logits_host.size());
   if (config_.all_logits) {
     b.all_host.resize(static_cast<std::size_t>(t * arch_.vocab_size));
@@ -315,7 +328,7 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
   ATTNKIT_REQUIRE(!requests.empty() && requests.size() <= static_cast<std::size_t>(config_.max_num_reqs),
                   "requests", str(static_cast<std::int64_t>(requests.size())),
                   "[1, max_num_reqs " + str(config_.max_num_reqs) + "]");
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0, rows = 0;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const StepRequest& r = requests[i];
     ATTNKIT_REQUIRE(!r.tokens.empty(), request_field(i, r.id, ".tokens"), "empty", ">= 1 token");
@@ -344,6 +357,14 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
                       str(static_cast<std::int64_t>(r.blocks[g].size())) + " blocks",
                       "[" + str(need) + ", " + str(buffers_->row_stride[g]) + "] for " + str(seq_len) + " tokens");
     }
+    if (r.num_sampled != 1) [[unlikely]] {
+      ATTNKIT_REQUIRE(r.num_sampled >= 1 && static_cast<std::size_t>(r.num_sampled) <= r.tokens.size(),
+                      request_field(i, r.id, ".num_sampled"), str(r.num_sampled),
+                      "[1, its tokens " + str(static_cast<std::int64_t>(r.tokens.size())) + "]");
+      ATTNKIT_REQUIRE(result == StepResult::kSampledTokens, request_field(i, r.id, ".num_sampled"), str(r.num_sampled),
+                      "1 unless the step's result is kSampledTokens");
+    }
+    rows += r.num_sampled;
     if (samples_on_device(result) && !r.sampling.valid()) {
       r.sampling.validate(request_field(i, r.id, ".sampling."));
     }
@@ -351,6 +372,9 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
   }
   ATTNKIT_REQUIRE(tokens <= config_.max_num_tokens, "tokens of the step", str(tokens),
                   "<= max_num_tokens " + str(config_.max_num_tokens));
+  const std::int64_t rows_cap = std::max(config_.max_num_reqs, config_.max_sampled_rows);
+  ATTNKIT_REQUIRE(rows <= rows_cap, "sampled rows of the step", str(rows),
+                  "<= max_sampled_rows " + str(rows_cap));
 }
 
 // A token taken from the previous step's device tokens: that step is the last one launched, it
@@ -363,6 +387,8 @@ void ModelExecutor::check_previous_token(const StepRequest& r, std::size_t i) co
   const Launched& previous = slot(launched_ - 1);
   ATTNKIT_REQUIRE(samples_on_device(previous.result), field(), str(index),
                   "-1 (the previous step returned logits, so it left no tokens on the device)");
+  ATTNKIT_REQUIRE(!previous.multi_row, field(), str(index),
+                  "-1 (the previous step sampled several rows of a request: its host picks the token)");
   ATTNKIT_REQUIRE(static_cast<std::size_t>(index) < previous.ids.size(), field(), str(index),
                   "[0, " + str(static_cast<std::int64_t>(previous.ids.size())) + ") (the previous step's requests)");
   ATTNKIT_REQUIRE(previous.ids[static_cast<std::size_t>(index)] == r.id, field(), str(index),
@@ -417,11 +443,22 @@ void ModelExecutor::build_step(std::span<const StepRequest> requests, Launched& 
   // padding rows reading row 0.
   const std::int32_t real = config_.all_logits ? tokens : static_cast<std::int32_t>(n);
   b.head_count = config_.all_logits ? shape.num_tokens_padded : shape.num_reqs_padded;
-  for (std::int32_t i = 0; i < b.head_count; ++i) {
-    const bool live = i < real;
-    b.head_rows.host[i] = !live                ? 0
-                          : config_.all_logits ? i
-                                               : order.query_start_loc()[static_cast<std::size_t>(i) + 1] - 1;
+  plan_sampled_rows(requests, launched);
+  if (launched.multi_row) {
+    // Request i's last num_sampled token rows, in the runner's order (an eager step: no padding).
+    b.head_count = launched.num_rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t count = launched.row_offsets[i + 1] - launched.row_offsets[i];
+      const std::int32_t end = order.query_start_loc()[i + 1];
+      for (std::int32_t j = 0; j < count; ++j) b.head_rows.host[launched.row_offsets[i] + j] = end - count + j;
+    }
+  } else {
+    for (std::int32_t i = 0; i < b.head_count; ++i) {
+      const bool live = i < real;
+      b.head_rows.host[i] = !live                ? 0
+                            : config_.all_logits ? i
+                                                 : order.query_start_loc()[static_cast<std::size_t>(i) + 1] - 1;
+    }
   }
   for (std::size_t g = 0; g < b.rows.size(); ++g) {
     b.tables[g] = ManagerBlockTable{
@@ -433,6 +470,23 @@ void ModelExecutor::build_step(std::span<const StepRequest> requests, Launched& 
   b.step.query_lens = b.lens;
   b.step.num_computed_tokens = b.computed;
   b.step.block_tables = b.tables;
+}
+
+// Each request's sampled rows: their offsets in the runner's order (the LM head's and the
+// sampler's rows) and in the scheduler's (the output's). Allocation-free once reserved.
+void ModelExecutor::plan_sampled_rows(std::span<const StepRequest> requests, Launched& s) const {
+  const StepOrder& order = s.order;
+  const std::size_t n = requests.size();
+  s.row_offsets.assign(1, 0);
+  s.sched_offsets.assign(1, 0);
+  s.multi_row = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    s.multi_row = s.multi_row || requests[i].num_sampled != 1;
+    s.sched_offsets.push_back(s.sched_offsets.back() + requests[i].num_sampled);
+    const StepRequest& r = requests[static_cast<std::size_t>(order.order()[i])];
+    s.row_offsets.push_back(s.row_offsets.back() + r.num_sampled);
+  }
+  s.num_rows = s.row_offsets.back();
 }
 
 // Async scheduling: the token rows this step takes from the previous step's device tokens, as
@@ -510,7 +564,7 @@ void ModelExecutor::launch_unchecked(std::span<const StepRequest> requests, Step
   const auto n = static_cast<std::int32_t>(requests.size());
   const std::int32_t padded = runner_->shape_for(n, s.order.num_tokens()).num_tokens_padded;
   if (cuda) s.start.record(stream_);
-  s.graph_replayed = run_step_graph(padded);
+  s.graph_replayed = !s.multi_row && run_step_graph(padded);
   if (!s.graph_replayed) run_step_eager(padded, timer);
   enqueue_result(s, timer);
   s.graph_mode = runner_->graph_mode();
@@ -553,7 +607,7 @@ const StepOutput& ModelExecutor::collect() {
 void ModelExecutor::enqueue_result(Launched& s, Timer& timer) {
   Buffers& b = *buffers_;
   if (samples_on_device(s.result)) {
-    const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, s.order.num_reqs(), arch_.vocab_size);
+    const ActMat logits = mat(b.logits_f32.data(), DType::kFloat32, s.num_rows, arch_.vocab_size);
     if (s.all_greedy) {
       ops_->argmax_rows(logits, b.sampled.data(), stream_);
     } else {
@@ -561,7 +615,7 @@ void ModelExecutor::enqueue_result(Launched& s, Timer& timer) {
     }
     timer.lap(&StepTimes::other);
     ops_->memory().copy_to_host_async(s.tokens_host.data(), b.sampled.data(),
-                                      static_cast<std::size_t>(s.order.num_reqs()) * sizeof(std::int32_t), stream_);
+                                      static_cast<std::size_t>(s.num_rows) * sizeof(std::int32_t), stream_);
   }
   if (on_cuda(config_)) s.end.record(stream_);
 }
@@ -573,7 +627,10 @@ void ModelExecutor::build_sampling(std::span<const StepRequest> requests, Launch
   s.all_greedy = true;
   for (std::int32_t i = 0; i < s.order.num_reqs(); ++i) {
     const StepRequest& r = requests[static_cast<std::size_t>(s.order.order()[static_cast<std::size_t>(i)])];
-    b.row_sampling.host[i] = row_sampling(r.sampling, r.sample_counter);
+    const std::int32_t first = s.row_offsets[static_cast<std::size_t>(i)];
+    for (std::int32_t j = 0; j < r.num_sampled; ++j) {
+      b.row_sampling.host[first + j] = row_sampling(r.sampling, r.sample_counter + static_cast<std::uint64_t>(j));
+    }
     s.all_greedy = s.all_greedy && r.sampling.greedy();
   }
 }
@@ -783,11 +840,19 @@ void ModelExecutor::finish_sampled_tokens(const Launched& s) {
   output_.num_non_finite = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(order.order()[i]);
-    b.sampled_out[r] = tokens[i];
-    mark_non_finite(r, tokens[i] < 0);  // the sampler's -1: a non-finite value in the row
+    const std::int32_t from = s.row_offsets[i], count = s.row_offsets[i + 1] - from;
+    bool bad = false;
+    for (std::int32_t j = 0; j < count; ++j) {
+      b.sampled_rows_out[static_cast<std::size_t>(s.sched_offsets[r] + j)] = tokens[from + j];
+      bad = bad || tokens[from + j] < 0;  // the sampler's -1: a non-finite value in the row
+    }
+    b.sampled_out[r] = tokens[from + count - 1];
+    mark_non_finite(r, bad);
   }
   output_.non_finite = std::span<const std::uint8_t>(b.non_finite).first(n);
   output_.sampled_tokens = std::span<const std::int32_t>(b.sampled_out).first(n);
+  output_.sampled_rows = std::span<const std::int32_t>(b.sampled_rows_out).first(static_cast<std::size_t>(s.num_rows));
+  output_.sampled_offsets = s.sched_offsets;
   output_.logits = {};
   output_.all_logits = {};
 }

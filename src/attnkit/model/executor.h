@@ -48,6 +48,9 @@ struct ExecutorConfig {
   std::vector<std::int32_t> capture_sizes;  // CUDA graphs of whole steps at these token counts
   CascadePolicy cascade = CascadePolicy::kHeuristic;
   bool all_logits = false;  // also the logits of every position (validation)
+  // Rows a step may sample in all (StepRequest::num_sampled summed): speculative verification
+  // samples 1 + k rows per request. 0: max_num_reqs (one per request).
+  std::int32_t max_sampled_rows = 0;
   std::function<void(std::string_view)> log;
 };
 
@@ -82,6 +85,10 @@ struct StepRequest {
   // generated before), so that the token depends on the request alone, never on the batch.
   SamplingParams sampling;
   std::uint64_t sample_counter = 0;
+  // kSampledTokens: the last num_sampled of this step's tokens each give a token, row j with counter
+  // sample_counter + j (speculative verification: the request's last token and its k drafts, so
+  // that row j's token is the one plain decoding would draw there). Such a step runs eagerly.
+  std::int32_t num_sampled = 1;
 };
 
 // Where a step's time went, microseconds. On the CPU the host's wall clock around each part; on
@@ -99,7 +106,11 @@ struct StepOutput {
   std::int32_t num_tokens = 0;
   std::int64_t vocab_size = 0;
   std::span<const float> logits;      // [num_reqs, vocab]: each request's last token, scheduler order (kLogits)
-  std::span<const std::int32_t> sampled_tokens;  // [num_reqs]: each request's token, scheduler order (kSampledTokens)
+  std::span<const std::int32_t> sampled_tokens;  // [num_reqs]: each request's (last) token, scheduler order (kSampledTokens)
+  // kSampledTokens: every sampled row, requests in the scheduler's order, request r's num_sampled
+  // tokens at [sampled_offsets[r], sampled_offsets[r + 1]) (-1: a non-finite row).
+  std::span<const std::int32_t> sampled_rows;
+  std::span<const std::int32_t> sampled_offsets;  // [num_reqs + 1]
   std::span<const float> all_logits;  // [num_tokens, vocab] in the scheduler's token order (all_logits)
   // [num_reqs], scheduler order: 1 where the request's logits held a non-finite value (its sampled
   // token is then -1, its logits row is not to be used). collect() reports them here and goes on;
@@ -189,6 +200,7 @@ class ModelExecutor {
   void check_previous_token(const StepRequest& r, std::size_t index_in_step) const;
   void build_step(std::span<const StepRequest> requests, Launched& step);
   void build_previous_tokens(std::span<const StepRequest> requests, const StepOrder& order);
+  void plan_sampled_rows(std::span<const StepRequest> requests, Launched& step) const;
   void run_forward(std::int32_t padded_tokens, Timer& timer);
   void run_layer(std::size_t layer, std::int32_t rows, Timer& timer);
   void run_attention(std::size_t layer, std::int32_t rows, const ActMat& q, const ActMat& k, const ActMat& v,
