@@ -23,6 +23,18 @@ void EngineTotals::add(const EngineStepStats& s) {
   cascade_steps += s.cascade ? 1 : 0;
   graph_steps += s.graph_replayed ? 1 : 0;
   overlapped_steps += s.overlapped ? 1 : 0;
+  verifications += s.num_verified;
+  drafted += s.num_drafted;
+  accepted += s.num_accepted;
+  for (std::size_t a = 0; a < s.accepted_counts.size(); ++a) {
+    if (s.accepted_counts[a] == 0) continue;
+    if (accepted_histogram.size() <= a) accepted_histogram.resize(a + 1, 0);
+    accepted_histogram[a] += s.accepted_counts[a];
+  }
+}
+
+double EngineTotals::acceptance_length() const {
+  return verifications > 0 ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verifications) : 0.0;
 }
 
 double EngineTotals::prefix_hit_rate() const {
@@ -83,6 +95,7 @@ class Engine::Impl {
     std::int32_t start = 0;         // the request's computed tokens before the chunk
     std::int32_t num_tokens = 0;
     std::int32_t token_index = -1;  // a completing chunk's sampled token: its place in request->tokens
+    std::int32_t num_draft = 0;     // a verification: the request's drafts after its last token
   };
   // A step launched and not yet collected (storage reused across steps).
   struct LaunchedStep {
@@ -100,6 +113,17 @@ class Engine::Impl {
   void finish_chunk(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index);
   void fail_request(EngineRequest& r, const std::string& why);
   void repoison_discarded();
+  void finish_verification(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index);
+  void propose_drafts(bool may_draft);
+  void update_drafting(const EngineStepStats& s);
+  bool drafting_active() const {
+    return config_.speculative.num_draft_tokens > 0 && steps_launched_ >= drafting_resumes_at_;
+  }
+  // E7's drafting rest (update_drafting): the counts of the window it judges by, and the step from
+  // which drafting resumes.
+  std::int32_t window_steps_ = 0, window_decodes_ = 0, window_drafted_ = 0, window_accepted_ = 0;
+  std::int64_t drafting_resumes_at_ = 0;
+  std::vector<std::vector<std::int32_t>> draft_rows_;  // per chunk: a verification's tokens
   FinishReason stop_reason(const EngineRequest& r, std::size_t end) const;
   // The step's requests as the executor takes them (storage reused across steps).
   std::vector<StepRequest> step_requests_;
@@ -123,6 +147,13 @@ EngineConfig with_defaults(EngineConfig c) {
   ATTNKIT_REQUIRE(c.max_num_seqs >= 1 && c.max_num_seqs <= c.executor.max_num_reqs, "max_num_seqs",
                   std::to_string(c.max_num_seqs),
                   "[1, executor.max_num_reqs " + std::to_string(c.executor.max_num_reqs) + "]");
+  validate(c.speculative);
+  if (c.speculative.num_draft_tokens > 0) {
+    ATTNKIT_REQUIRE(!c.step_logits, "step_logits", "true", "false with speculative decoding",
+                    "a verification samples several rows of a request; logits are returned for one");
+    c.executor.max_sampled_rows =
+        std::max(c.executor.max_sampled_rows, c.max_num_seqs * (1 + c.speculative.num_draft_tokens));
+  }
   ATTNKIT_REQUIRE(!c.executor.all_logits, "executor.all_logits", "true", "false",
                   "the engine samples every request's token on the step's platform; all logits are an executor "
                   "option for validation (ModelExecutor::execute with StepResult::kLogits)");
@@ -241,9 +272,14 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
     return;
   }
   // Only known tokens are hashed: those before the chunk's end, every placeholder among them
-  // replaced when the step that sampled it was collected (steps are collected in order).
-  kv_.commit(r.id, r.tokens, chunk.start + chunk.num_tokens);
+  // replaced when the step that sampled it was collected (steps are collected in order). A
+  // verification commits only what it accepted (finish_verification).
+  if (chunk.num_draft == 0) kv_.commit(r.id, r.tokens, chunk.start + chunk.num_tokens);
   if (chunk.token_index < 0) return;
+  if (chunk.num_draft > 0) {
+    finish_verification(chunk, step, index);
+    return;
+  }
   const auto at = static_cast<std::size_t>(chunk.token_index);
   r.tokens[at] = step.sampled_tokens[index];
   --r.num_pending;
@@ -266,12 +302,86 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
   outputs_.push_back(std::move(out));
 }
 
+// E7: a verification's rows are the tokens plain decoding draws after the request's last token
+// and after each draft (row j with counter num_generated + j). The drafts that match them are
+// accepted in order, then the row after the last match (its correction, or one more token when all
+// matched); each new token is checked against the stop conditions as it comes. Only the accepted
+// positions count as computed: their full blocks are committed, blocks wholly past them go back.
+void Engine::Impl::finish_verification(const LaunchedChunk& chunk, const StepOutput& step, std::size_t index) {
+  EngineRequest& r = *chunk.request;
+  const auto rows = step.sampled_rows.subspan(static_cast<std::size_t>(step.sampled_offsets[index]),
+                                              static_cast<std::size_t>(chunk.num_draft) + 1);
+  std::int32_t accepted = 0;
+  while (accepted < chunk.num_draft &&
+         rows[static_cast<std::size_t>(accepted)] == r.draft[static_cast<std::size_t>(accepted)]) {
+    ++accepted;
+  }
+  stats_.num_accepted += accepted;
+  ++stats_.accepted_counts[static_cast<std::size_t>(accepted)];
+  ATTNKIT_REQUIRE(r.tokens.size() == static_cast<std::size_t>(chunk.token_index) + 1, "verification", "overlapped",
+                  "collected before the next step is scheduled");
+  r.tokens.pop_back();  // the step's placeholder: its rows say what comes instead
+  --r.num_pending;
+  for (std::int32_t j = 0; j <= accepted; ++j) {
+    r.tokens.push_back(rows[static_cast<std::size_t>(j)]);
+    RequestOutput out;
+    out.request_id = r.id;
+    out.new_token = r.tokens.back();
+    r.finish_reason = stop_reason(r, r.tokens.size());
+    out.finished = r.finish_reason != FinishReason::kNone;
+    out.finish_reason = r.finish_reason;
+    outputs_.push_back(std::move(out));
+    if (r.finish_reason != FinishReason::kNone) break;
+  }
+  // The fed tokens whose K/V hold: the last token and the accepted drafts (fewer when a stop came
+  // first); the rejected drafts' positions are written again by the steps that compute them.
+  r.num_computed = std::min<std::int32_t>(chunk.start + 1 + accepted, static_cast<std::int32_t>(r.tokens.size()) - 1);
+  kv_.commit(r.id, r.tokens, r.num_computed);
+  if (r.finish_reason != FinishReason::kNone) {
+    scheduler_.finish(r, /*keep_blocks=*/r.steps_in_flight > 0);
+  } else {
+    kv_.release_beyond(r.id, r.num_computed);
+  }
+}
+
+// E7: drafts for the running decodes that can take them (their one uncomputed token known: none
+// sampled by a step in flight), while drafting is active; none when a step is in flight (its
+// placeholders are not tokens yet).
+void Engine::Impl::propose_drafts(bool may_draft) {
+  const NgramDrafterConfig& c = config_.speculative;
+  if (c.num_draft_tokens == 0) return;
+  const bool active = may_draft && steps_launched_ >= drafting_resumes_at_;
+  for (auto& [id, r] : requests_) {
+    r.draft.clear();
+    if (!active || r.state != RequestState::kRunning || r.num_pending > 0) continue;
+    if (static_cast<std::int32_t>(r.tokens.size()) - r.num_computed != 1 || r.num_computed < r.num_prompt) continue;
+    // Room for the drafts and the token after them within max_tokens.
+    const std::int32_t limit = r.spec.max_tokens - r.num_generated() - 1;
+    propose_ngram_draft(r.tokens, c, limit, r.draft);
+  }
+}
+
+// E7: drafting rests when it stops paying. Over each window of judge_window drafting steps, fewer
+// than one draft proposed per two decodes, or fewer than a third of the drafts accepted, puts it to
+// rest for rest_steps steps (async scheduling overlaps steps again meanwhile); then it probes again.
+void Engine::Impl::update_drafting(const EngineStepStats& s) {
+  if (config_.speculative.num_draft_tokens == 0 || s.overlapped || steps_launched_ < drafting_resumes_at_) return;
+  window_decodes_ += s.num_decodes;
+  window_drafted_ += s.num_drafted;
+  window_accepted_ += s.num_accepted;
+  if (++window_steps_ < config_.speculative.judge_window) return;
+  const bool pays = 2 * window_drafted_ >= window_decodes_ && 3 * window_accepted_ >= window_drafted_;
+  if (!pays) drafting_resumes_at_ = steps_launched_ + config_.speculative.rest_steps;
+  window_steps_ = window_decodes_ = window_drafted_ = window_accepted_ = 0;
+}
+
 // Async scheduling: the next step may be scheduled and launched before the one in flight is
 // collected when its schedule needs nothing that only that step's results tell: the step left its
 // tokens on the device (kSampledTokens: no host sampler reads its logits first), and the scheduler
 // will neither preempt nor look a waiting request up in the prefix cache (can_schedule_ahead).
 bool Engine::Impl::can_overlap() const {
-  return num_in_flight_ == 1 && in_flight(0).result == StepResult::kSampledTokens &&
+  // While drafting is active the host needs each step's tokens before it drafts the next.
+  return num_in_flight_ == 1 && in_flight(0).result == StepResult::kSampledTokens && !drafting_active() &&
          scheduler_.can_schedule_ahead(config_.enable_prefix_caching);
 }
 
@@ -281,6 +391,7 @@ void Engine::Impl::fill_step_requests(const ScheduleResult& plan, LaunchedStep& 
   const std::size_t n = plan.chunks.size();
   step_requests_.resize(n);
   step_blocks_.resize(n);
+  if (draft_rows_.size() < n) draft_rows_.resize(n);
   step.chunks.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const ScheduledChunk& c = plan.chunks[i];
@@ -289,12 +400,21 @@ void Engine::Impl::fill_step_requests(const ScheduleResult& plan, LaunchedStep& 
     for (std::int32_t g = 0; g < kv_.num_groups(); ++g) step_blocks_[i].push_back(kv_.blocks(r.id, g));
     StepRequest& s = step_requests_[i];
     s.id = static_cast<std::int32_t>(r.id);
-    s.tokens = std::span<const std::int32_t>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),
-                                                               static_cast<std::size_t>(c.num_tokens));
+    if (c.num_draft > 0) {
+      // A verification: its last token, then its drafts (one contiguous row of the step).
+      std::vector<std::int32_t>& row = draft_rows_[i];
+      row.assign(r.tokens.begin() + r.num_computed, r.tokens.end());
+      row.insert(row.end(), r.draft.begin(), r.draft.begin() + c.num_draft);
+      s.tokens = row;
+    } else {
+      s.tokens = std::span<const std::int32_t>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),
+                                                                 static_cast<std::size_t>(c.num_tokens));
+    }
+    s.num_sampled = 1 + c.num_draft;
     s.num_computed_tokens = r.num_computed;
     s.blocks = step_blocks_[i];
     // A pending token is the request's last, and its only uncomputed one: the chunk is exactly it.
-    ATTNKIT_REQUIRE(r.num_pending == 0 || (c.num_tokens == 1 && r.last_step == steps_launched_ - 1),
+    ATTNKIT_REQUIRE(r.num_pending == 0 || (c.num_tokens == 1 && c.num_draft == 0 && r.last_step == steps_launched_ - 1),
                     "request " + std::to_string(r.id) + " pending tokens", std::to_string(r.num_pending),
                     "one, sampled by the step in flight, scheduled alone");
     s.previous_token_index = r.num_pending > 0 ? r.last_step_index : -1;
@@ -305,8 +425,13 @@ void Engine::Impl::fill_step_requests(const ScheduleResult& plan, LaunchedStep& 
     s.sampling = c.completes ? r.spec.sampling : SamplingParams{};
     s.sample_counter = static_cast<std::uint64_t>(r.num_generated());
     const auto end = static_cast<std::int32_t>(r.tokens.size());
-    step.chunks.push_back({&r, r.num_computed, c.num_tokens, c.completes ? end : -1});
-    (c.num_tokens == 1 && r.num_computed >= r.num_prompt ? step.stats.num_decodes : step.stats.num_prefills) += 1;
+    step.chunks.push_back({&r, r.num_computed, c.num_tokens, c.completes ? end : -1, c.num_draft});
+    const bool decode = c.num_tokens - c.num_draft == 1 && r.num_computed >= r.num_prompt;
+    (decode ? step.stats.num_decodes : step.stats.num_prefills) += 1;
+    if (c.num_draft > 0) {
+      ++step.stats.num_verified;
+      step.stats.num_drafted += c.num_draft;
+    }
   }
 }
 
@@ -315,6 +440,7 @@ void Engine::Impl::fill_step_requests(const ScheduleResult& plan, LaunchedStep& 
 // step's chunks as computed and each token it samples as a placeholder.
 bool Engine::Impl::launch_step(bool overlapped) {
   const Clock::time_point t0 = Clock::now();
+  propose_drafts(!overlapped);
   const ScheduleResult& plan = scheduler_.schedule();
   ATTNKIT_REQUIRE(!overlapped || plan.num_preempted == 0, "scheduler", "a preemption while a step is in flight",
                   "none (can_schedule_ahead rules it out)");
@@ -433,6 +559,7 @@ void Engine::Impl::collect_step() {
   const Clock::time_point t1 = Clock::now();
   for (std::size_t i = 0; i < step.chunks.size(); ++i) finish_chunk(step.chunks[i], out, i);
   repoison_discarded();  // a failed request's blocks come back here or at a later collect
+  update_drafting(stats_);
   stats_.sample_us = us_since(t1);
 }
 

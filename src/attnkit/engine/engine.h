@@ -17,6 +17,7 @@
 // outputs once, in order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnkit/engine/ngram_drafter.h"
 #include "attnkit/engine/request.h"
 #include "attnkit/checkpoint/checkpoint.h"
 #include "attnkit/model/executor.h"
@@ -50,6 +52,14 @@ struct EngineConfig {
   // logits beside the tokens sampled on the device (StepResult::kSampledTokensAndLogits), a copy
   // of the vocabulary per request per step, and never overlap (async scheduling is refused).
   bool step_logits = false;
+  // E7 speculative decoding (issue 41): a decode whose tokens repeat an earlier span gets up to
+  // num_draft_tokens drafts from the prompt-lookup drafter (engine/ngram_drafter.h), verified in
+  // the same step (1 + k rows sampled), the longest matching prefix and one more token accepted;
+  // the tokens are those of plain decoding, greedy and sampled alike (row j draws with the counter
+  // of the token it stands for, so an accepted draft is the token plain decoding would draw). While
+  // drafting is active steps run synchronously; when drafts stop paying (few proposed or accepted
+  // over a window of steps) the drafter rests and async scheduling resumes. 0 drafts: off.
+  NgramDrafterConfig speculative;
 };
 
 // What one step did, for serve-bench's split and reports.
@@ -73,6 +83,9 @@ struct EngineStepStats {
   // request) plus this step's prepare (StepTimes::prepare_step).
   double host_gap_us = 0;
   StepTimes model;         // the executor's split (prepare_step, attention, GEMMs, rest)
+  // Speculative decoding: requests verified with drafts this step, the drafts, and those accepted.
+  std::int32_t num_verified = 0, num_drafted = 0, num_accepted = 0;
+  std::array<std::int32_t, 33> accepted_counts{};  // [a]: verifications that accepted a drafts
 };
 
 // Counts summed over steps: serve-bench's reports, attnkit.LLM.last_run(), the tests.
@@ -81,7 +94,14 @@ struct EngineTotals {
   std::int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
   std::int64_t cascade_steps = 0, graph_steps = 0;
   std::int64_t overlapped_steps = 0;
+  // Speculative decoding: verifications (a request with drafts in a step), drafts, accepted ones,
+  // and accepted_histogram[a] the verifications that accepted a drafts (grown as needed).
+  std::int64_t verifications = 0, drafted = 0, accepted = 0;
+  std::vector<std::int64_t> accepted_histogram;
   void add(const EngineStepStats& s);
+  // Tokens a verification gave, on average (accepted drafts + the one sampled after them); 0 when
+  // none ran.
+  double acceptance_length() const;
   // Hit over queried prompt tokens; 0 when nothing was queried.
   double prefix_hit_rate() const;
 };

@@ -84,6 +84,7 @@ class KVCacheManager::Impl {
   std::span<const std::int32_t> blocks(std::int64_t request, std::int32_t group) const;
   void free(std::int64_t request);
   void discard(std::int64_t request);
+  void release_beyond(std::int64_t request, std::int32_t num_tokens);
   std::vector<std::int32_t> take_discarded(std::int32_t group) {
     check_group(group);
     return std::exchange(discarded_[static_cast<std::size_t>(group)], {});
@@ -303,6 +304,20 @@ void KVCacheManager::Impl::free(std::int64_t request) {
   requests_.erase(request);
 }
 
+void KVCacheManager::Impl::release_beyond(std::int64_t request, std::int32_t num_tokens) {
+  RequestBlocks& r = registered(request);
+  ATTNKIT_REQUIRE(num_tokens >= r.num_computed, "num_tokens", std::to_string(num_tokens),
+                  ">= the request's computed tokens (" + std::to_string(r.num_computed) + ")");
+  const auto keep = static_cast<std::size_t>(ceil_div(num_tokens, block_size_));
+  for (std::size_t g = 0; g < pools_.size(); ++g) {
+    auto& row = r.rows[g];
+    while (row.size() > keep) {
+      if (row.back() != 0) pools_[g].release(row.back());
+      row.pop_back();
+    }
+  }
+}
+
 void KVCacheManager::Impl::discard(std::int64_t request) {
   RequestBlocks& r = registered(request);
   for (std::size_t g = 0; g < pools_.size(); ++g) {
@@ -346,6 +361,9 @@ std::span<const std::int32_t> KVCacheManager::blocks(std::int64_t request, std::
 }
 void KVCacheManager::free(std::int64_t request) { impl_->free(request); }
 void KVCacheManager::discard(std::int64_t request) { impl_->discard(request); }
+void KVCacheManager::release_beyond(std::int64_t request, std::int32_t num_tokens) {
+  impl_->release_beyond(request, num_tokens);
+}
 std::vector<std::int32_t> KVCacheManager::take_discarded(std::int32_t group) { return impl_->take_discarded(group); }
 std::int32_t KVCacheManager::num_available_blocks(std::int32_t group) const {
   return impl_->num_available_blocks(group);

@@ -51,6 +51,10 @@ class KVCacheManager {
   // so far, prompt and generated): full blocks are cached under their chained hashes, and in
   // sliding-window groups the blocks no later query can see are released.
   void commit(std::int64_t request, std::span<const std::int32_t> tokens, std::int32_t num_computed);
+  // Speculative decoding: after a verification accepted fewer drafts than the blocks were
+  // allocated for, the request's blocks past the first ceil(num_tokens / block_size) go back (no
+  // computed token lives in them; none of them is cached, commit hashes computed tokens only).
+  void release_beyond(std::int64_t request, std::int32_t num_tokens);
   // The request's block ids in `group`, in order (released ones as the null block 0).
   std::span<const std::int32_t> blocks(std::int64_t request, std::int32_t group) const;
   // Drops the request's references: full cached blocks stay cached (evictable), others free.

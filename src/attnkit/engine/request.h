@@ -31,7 +31,8 @@ std::string_view to_string(RequestState state);
 std::string_view to_string(FinishReason reason);
 
 // What a request gained in one step: one token (a step samples one per request whose scheduled
-// tokens it completes; a plain value, so a step's outputs allocate nothing per request).
+// tokens it completes; a plain value, so a step's outputs allocate nothing per request). With
+// speculative decoding a verification gives one output per token it accepted, in order.
 struct RequestOutput {
   std::int64_t request_id = 0;
   std::int32_t new_token = -1;  // -1 for a request that failed this step

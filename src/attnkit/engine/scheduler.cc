@@ -87,15 +87,17 @@ const ScheduleResult& Scheduler::schedule() {
 }
 
 bool Scheduler::schedule_running(EngineRequest& r, bool decode) {
-  (void)decode;
   if (static_cast<std::int32_t>(result_.chunks.size()) >= limits_.max_num_seqs) return false;
   const std::int32_t n = chunk_size(r);
   if (n == 0) return false;
+  // A decode's drafts ride along where the budget and free blocks allow (never a preemption).
+  std::int32_t drafts = decode ? std::min<std::int32_t>(static_cast<std::int32_t>(r.draft.size()), budget_ - n) : 0;
+  if (drafts > 0 && !kv_.allocate(r.id, r.num_computed + n + drafts)) drafts = 0;
   if (!allocate_or_preempt(r, r.num_computed + n)) return false;
   const bool completes = r.num_computed + n == static_cast<std::int32_t>(r.tokens.size());
-  result_.chunks.push_back({&r, n, completes});
-  result_.num_tokens += n;
-  budget_ -= n;
+  result_.chunks.push_back({&r, n + drafts, completes, drafts});
+  result_.num_tokens += n + drafts;
+  budget_ -= n + drafts;
   return true;
 }
 

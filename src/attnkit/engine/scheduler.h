@@ -35,6 +35,8 @@ struct EngineRequest {
   // Failed (FinishReason::kError): its blocks are discarded when released (never cached, queued
   // for re-poisoning: KVCacheManager::discard), since they may hold its non-finite values.
   std::string error;
+  // Speculative decoding: this step's drafts (after its last token), set before scheduling.
+  std::vector<std::int32_t> draft;
   // Async scheduling: placeholders at the end of `tokens` for tokens an in-flight step is still
   // sampling, the launched steps not yet collected that compute some of this request's tokens,
   // and the last step it was launched in (the engine's step number, its index in that step).
@@ -53,6 +55,7 @@ struct ScheduledChunk {
   EngineRequest* request = nullptr;
   std::int32_t num_tokens = 0;
   bool completes = false;  // after it, every token of the request is computed: sample the next
+  std::int32_t num_draft = 0;  // a decode with this many of its drafts (num_tokens = 1 + num_draft)
 };
 
 struct SchedulerLimits {
