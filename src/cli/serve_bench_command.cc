@@ -48,6 +48,8 @@ struct ServeBenchFlags {
   double shared_prefix_fraction = 0;
   std::int32_t shared_prefix_len = 0;
   bool no_prefix_caching = false;
+  std::int32_t repeat_span = 0;
+  std::int32_t num_draft_tokens = 0, ngram_min = 1, ngram_max = 3;
   bool async_scheduling = false, no_async_scheduling = false;  // neither: the platform's default
   std::int32_t max_num_batched_tokens = 2048;
   std::int32_t max_num_seqs = 0;
@@ -143,6 +145,7 @@ std::vector<Trace> make_traces(const ServeBenchFlags& f, const ModelArch& arch) 
   base.output = length_spec(d, f.output_len, f.output_range, kShareGptOutputMedian, "output");
   base.shared_prefix_fraction = f.shared_prefix_fraction;
   base.shared_prefix_len = f.shared_prefix_len;
+  base.repeat_span = f.repeat_span;
   base.vocab_size = arch.vocab_size;
   base.avoid_token_ids = arch.eos_token_ids;  // prompts stay free of end-of-sequence ids
   base.seed = f.seed;
@@ -188,6 +191,9 @@ EngineConfig engine_config(const ServeBenchFlags& f, const std::vector<Trace>& t
   c.max_num_batched_tokens = f.max_num_batched_tokens;
   c.max_num_seqs = seqs;
   c.enable_prefix_caching = !f.no_prefix_caching;
+  c.speculative.num_draft_tokens = f.num_draft_tokens;
+  c.speculative.min_ngram = f.ngram_min;
+  c.speculative.max_ngram = f.ngram_max;
   if (f.async_scheduling || f.no_async_scheduling) c.async_scheduling = f.async_scheduling;
   return c;
 }
@@ -230,7 +236,12 @@ void print_run(const ServeBenchRun& run) {
             << r.request_throughput << " req/s, " << r.output_throughput << " output tok/s; TTFT p50 "
             << r.ttft_ms.p50 << " ms, ITL p50/p99 " << r.itl_ms.p50 << "/" << r.itl_ms.p99 << " ms; prefix hit "
             << 100 * r.totals.prefix_hit_rate() << "%, " << r.totals.preemptions << " preemptions, " << r.totals.steps
-            << " steps" << std::endl;  // flushed: a run stopped later keeps this line
+            << " steps";
+  if (r.totals.verifications > 0) {
+    std::cout << "; acceptance length " << r.totals.acceptance_length() << " over " << r.totals.verifications
+              << " verifications";
+  }
+  std::cout << std::endl;  // flushed: a run stopped later keeps this line
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -337,6 +348,14 @@ void add_serve_bench_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--shared-prefix-len", f->shared_prefix_len, "Tokens of that common prompt")->capture_default_str();
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "Turn the engine's prefix cache off");
+  cmd->add_option("--repeat-span", f->repeat_span,
+                  "Repetitive prompts: each one a random span of this many tokens repeated (0: random tokens)")
+      ->capture_default_str();
+  cmd->add_option("--num-draft-tokens", f->num_draft_tokens,
+                  "Speculative decoding: drafts per decode from the prompt-lookup drafter (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--ngram-min", f->ngram_min, "The drafter's shortest matching suffix")->capture_default_str();
+  cmd->add_option("--ngram-max", f->ngram_max, "The drafter's longest matching suffix")->capture_default_str();
   CLI::Option* async_on = cmd->add_flag(
       "--async-scheduling", f->async_scheduling,
       "Schedule and launch step N+1 while step N runs (the default on CUDA; on the CPU it runs the same code path "

@@ -100,6 +100,10 @@ nb::dict totals_dict(const EngineTotals& t) {
   d["preemptions"] = t.preemptions;
   d["prefix_hit_tokens"] = t.prefix_hit_tokens;
   d["prefix_queried_tokens"] = t.prefix_queried_tokens;
+  d["verifications"] = t.verifications;
+  d["drafted"] = t.drafted;
+  d["accepted"] = t.accepted;
+  d["acceptance_length"] = t.acceptance_length();
   return d;
 }
 
@@ -196,7 +200,7 @@ class PyLLM {
 // LLM's keyword arguments, each checked by name (a wrong type is an attnkit.Error too).
 struct LLMArgs {
   nb::handle platform, backend, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, kv_memory_mb,
-      enable_prefix_caching, chunked_prefill, capture_sizes, async_scheduling;
+      enable_prefix_caching, chunked_prefill, capture_sizes, async_scheduling, num_draft_tokens, ngram_min, ngram_max;
 };
 
 EngineConfig engine_config(const LLMArgs& a) {
@@ -215,6 +219,9 @@ EngineConfig engine_config(const LLMArgs& a) {
   c.enable_prefix_caching = to_bool(a.enable_prefix_caching, "enable_prefix_caching");
   c.chunked_prefill = to_bool(a.chunked_prefill, "chunked_prefill");
   if (!a.async_scheduling.is_none()) c.async_scheduling = to_bool(a.async_scheduling, "async_scheduling");
+  c.speculative.num_draft_tokens = to_int32(a.num_draft_tokens, "num_draft_tokens");
+  c.speculative.min_ngram = to_int32(a.ngram_min, "ngram_min");
+  c.speculative.max_ngram = to_int32(a.ngram_max, "ngram_max");
   return c;
 }
 
@@ -228,7 +235,9 @@ constexpr const char* kLLMDoc =
     "kv_memory_mb: the KV cache's memory, split over the KV-cache groups. capture_sizes: CUDA graphs of\n"
     "whole steps at these token counts. async_scheduling: schedule and launch step N+1 while step N runs\n"
     "(None: on for CUDA, off on the CPU, where steps compute inside their launch; the tokens are the\n"
-    "same either way). Bad values raise attnkit.Error naming the field.";
+    "same either way). num_draft_tokens > 0: speculative decoding with the prompt-lookup drafter (suffixes of\n"
+    "ngram_min to ngram_max tokens; the tokens are those of plain decoding). Bad values raise attnkit.Error\n"
+    "naming the field.";
 
 constexpr const char* kGenerateDoc =
     "Generates for each prompt (a list of token ids) and returns one Completion per prompt, in order:\n"
@@ -288,10 +297,12 @@ void bind_engine(nb::module_& m) {
           [](PyLLM* self, nb::handle model_dir, nb::handle platform, nb::handle backend, nb::handle max_num_seqs,
              nb::handle max_num_batched_tokens, nb::handle max_model_len, nb::handle block_size,
              nb::handle kv_memory_mb, nb::handle enable_prefix_caching, nb::handle chunked_prefill,
-             nb::handle capture_sizes, nb::handle async_scheduling) {
-            const LLMArgs args{platform,      backend,      max_num_seqs,          max_num_batched_tokens,
-                               max_model_len, block_size,   kv_memory_mb,          enable_prefix_caching,
-                               chunked_prefill, capture_sizes, async_scheduling};
+             nb::handle capture_sizes, nb::handle async_scheduling, nb::handle num_draft_tokens, nb::handle ngram_min,
+             nb::handle ngram_max) {
+            const LLMArgs args{platform,        backend,       max_num_seqs,     max_num_batched_tokens,
+                               max_model_len,   block_size,    kv_memory_mb,     enable_prefix_caching,
+                               chunked_prefill, capture_sizes, async_scheduling, num_draft_tokens,
+                               ngram_min,       ngram_max};
             nb::object path = nb::steal(PyOS_FSPath(model_dir.ptr()));  // a str, or a path-like's str
             if (!path.is_valid()) PyErr_Clear();
             if (!path.is_valid() || !nb::isinstance<nb::str>(path)) {
@@ -304,7 +315,8 @@ void bind_engine(nb::module_& m) {
           "max_num_seqs"_a.none() = 8, "max_num_batched_tokens"_a.none() = 512, "max_model_len"_a.none() = 0,
           "block_size"_a.none() = 16, "kv_memory_mb"_a.none() = 64, "enable_prefix_caching"_a.none() = true,
           "chunked_prefill"_a.none() = true, "capture_sizes"_a.none() = nb::none(),
-          "async_scheduling"_a.none() = nb::none())
+          "async_scheduling"_a.none() = nb::none(), "num_draft_tokens"_a.none() = 0, "ngram_min"_a.none() = 1,
+          "ngram_max"_a.none() = 3)
       .def("generate", &PyLLM::generate, "prompts"_a.none(), "sampling_params"_a.none() = nb::none(), kGenerateDoc)
       .def("close", &PyLLM::close,
            "Frees the engine, its KV cache and the model's weights now (instead of at garbage collection);\n"

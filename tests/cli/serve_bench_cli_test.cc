@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,39 @@ TEST(CliServeBench, AsyncSchedulingSwitch) {
   EXPECT_EQ(reports[1]["runs"][0]["overlapped_steps"], 0);
 }
 
+// Issue 41: a repetitive trace with speculative decoding reports its acceptance; the tokens are
+// those of plain decoding (the same output token counts; the engine tests check the tokens).
+TEST(CliServeBench, SpeculativeDecodingReportsItsAcceptance) {
+  const CliScratch scratch("serve_bench_spec");
+  make_tiny(scratch);
+  std::vector<nlohmann::json> reports;
+  for (const char* drafts : {"0", "4"}) {
+    const std::string out = scratch.sub(std::string("out") + drafts);
+    const CliRun run = run_cli({"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu", "--num-requests",
+                                "4", "--concurrency", "2", "--lengths", "fixed", "--input-len", "40", "--output-len",
+                                "24", "--repeat-span", "7", "--num-draft-tokens", drafts, "--out", out,
+                                "--no-progress"});
+    ASSERT_EQ(run.exit_code, cli::kExitOk) << run.both();
+    std::ifstream in(out + "/serve_bench.json");
+    reports.push_back(nlohmann::json::parse(in));
+    if (std::string(drafts) == "4") {
+      EXPECT_TRUE(has(run.out, "acceptance length")) << run.out;
+      std::ifstream md(out + "/serve_bench.md");
+      const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+      EXPECT_TRUE(has(text, "| acceptance length |")) << text;
+    }
+  }
+  EXPECT_EQ(reports[0]["runs"][0]["speculative"]["verifications"], 0);
+  const auto& spec = reports[1]["runs"][0]["speculative"];
+  EXPECT_GT(spec["verifications"].get<std::int64_t>(), 0);
+  EXPECT_GE(spec["acceptance_length"].get<double>(), 1.0);
+  std::int64_t histogram = 0;
+  for (const auto& n : spec["accepted_histogram"]) histogram += n.get<std::int64_t>();
+  EXPECT_EQ(histogram, spec["verifications"].get<std::int64_t>());
+  EXPECT_EQ(reports[0]["runs"][0]["output_tokens"], reports[1]["runs"][0]["output_tokens"]);
+  EXPECT_EQ(reports[1]["runs"][0]["trace"]["repeat_span"], 7);
+}
+
 TEST(CliServeBench, BadArgumentsNameTheFlag) {
   const CliScratch scratch("serve_bench_bad");
   make_tiny(scratch);
@@ -105,6 +139,8 @@ TEST(CliServeBench, BadArgumentsNameTheFlag) {
       {{"--num-requests", "4,5"}, "--num-requests = 2 values is invalid"},
       {{"--shared-prefix-fraction", "2"}, "--shared-prefix-fraction"},
       {{"--block-size", "0"}, "--block-size = 0 is invalid"},
+      {{"--num-draft-tokens", "99"}, "speculative.num_draft_tokens = 99 is invalid"},
+      {{"--repeat-span", "-2"}, "repeat_span = -2 is invalid"},
       // Issue 39: requests past the model's positions (qwen3 small: 4096) were accepted.
       {{"--lengths", "fixed", "--input-len", "4000", "--output-len", "100"},
        "the longest request (prompt + output lengths) = 4100"},

@@ -247,3 +247,19 @@ def test_wrong_types_in_generate_and_sampling_params_are_attnkit_errors(model_di
         with pytest.raises(attnkit.Error) as info:
             llm.generate(prompts, params)
         assert info.value.field.startswith(field), (prompts, params, info.value.field)
+
+
+def test_speculative_decoding_gives_the_tokens_of_plain_decoding(model_dir):
+    span = prompts_of(13, [6])[0]
+    prompts = [prompts_of(14, [3])[0] + span * 4, span * 5 + span[:2]]
+    params = [attnkit.SamplingParams(max_tokens=16, ignore_eos=True),
+              attnkit.SamplingParams(max_tokens=16, temperature=0.8, top_k=10, seed=4, ignore_eos=True)]
+    plain = make_llm(model_dir).generate(prompts, params)
+    llm = make_llm(model_dir, num_draft_tokens=4)
+    spec = llm.generate(prompts, params)
+    assert [c.token_ids for c in spec] == [c.token_ids for c in plain]
+    run = llm.last_run()
+    assert run["verifications"] > 0 and run["acceptance_length"] >= 1.0
+    with pytest.raises(attnkit.Error) as info:
+        make_llm(model_dir, num_draft_tokens=99)
+    assert info.value.field == "speculative.num_draft_tokens"

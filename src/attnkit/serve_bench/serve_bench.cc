@@ -276,6 +276,7 @@ Json trace_json(const TraceConfig& t) {
           {"concurrency", poisson ? Json() : Json(t.arrival.concurrency)},
           {"shared_prefix_fraction", t.shared_prefix_fraction},
           {"shared_prefix_len", t.shared_prefix_len},
+          {"repeat_span", t.repeat_span},
           {"seed", t.seed}};
 }
 
@@ -323,6 +324,11 @@ Json run_json(const ServeBenchRun& run) {
   j["cascade_steps"] = t.cascade_steps;
   j["graph_steps"] = t.graph_steps;
   j["overlapped_steps"] = t.overlapped_steps;
+  j["speculative"] = {{"verifications", t.verifications},
+                      {"drafted", t.drafted},
+                      {"accepted", t.accepted},
+                      {"acceptance_length", t.acceptance_length()},
+                      {"accepted_histogram", t.accepted_histogram}};
   j["split_us_total"] = split_json(r.split_total);
   j["split_us_per_step"] = split_json(r.split_per_step);
   j["requests"] = requests_json(r.requests);
@@ -400,6 +406,22 @@ void markdown_tables(std::ostringstream& md, const std::vector<ServeBenchRun>& r
     md << "| " << run.trace.arrival.describe() << " | " << fixed(s.schedule, 1) << " | " << fixed(s.prepare_step, 1)
        << " | " << fixed(s.attention, 1) << " | " << fixed(s.gemm, 1) << " | " << fixed(s.other, 1) << " | "
        << fixed(s.sample, 1) << " | " << fixed(s.host_gap, 1) << " | " << fixed(s.model_total, 1) << " |\n";
+  }
+  const bool speculative = std::any_of(runs.begin(), runs.end(), [](const ServeBenchRun& r) {
+    return r.result.totals.verifications > 0;
+  });
+  if (!speculative) return;
+  md << "\nSpeculative decoding: verifications (a request with drafts in a step), drafts, accepted drafts, "
+        "acceptance length (tokens a verification gave: accepted drafts + 1) and the histogram of accepted "
+        "drafts per verification (0, 1, 2, ...).\n\n"
+     << "| arrivals | verifications | drafts | accepted | acceptance length | histogram |\n"
+     << "|---|---:|---:|---:|---:|---|\n";
+  for (const ServeBenchRun& run : runs) {
+    const EngineTotals& t = run.result.totals;
+    std::string histogram;
+    for (std::int64_t n : t.accepted_histogram) histogram += (histogram.empty() ? "" : " ") + std::to_string(n);
+    md << "| " << run.trace.arrival.describe() << " | " << t.verifications << " | " << t.drafted << " | "
+       << t.accepted << " | " << fixed(t.acceptance_length(), 2) << " | " << histogram << " |\n";
   }
 }
 

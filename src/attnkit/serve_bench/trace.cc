@@ -212,6 +212,7 @@ void TraceConfig::validate() const {
   ATTNKIT_REQUIRE(shared_prefix_fraction >= 0 && shared_prefix_fraction <= 1, "shared_prefix_fraction",
                   num(shared_prefix_fraction), "[0, 1]");
   ATTNKIT_REQUIRE(shared_prefix_len >= 0, "shared_prefix_len", std::to_string(shared_prefix_len), ">= 0");
+  ATTNKIT_REQUIRE(repeat_span >= 0, "repeat_span", std::to_string(repeat_span), ">= 0 (0: random prompts)");
   ATTNKIT_REQUIRE(shared_prefix_fraction == 0 || shared_prefix_len >= 1, "shared_prefix_len",
                   std::to_string(shared_prefix_len), ">= 1 when shared_prefix_fraction > 0");
   ATTNKIT_REQUIRE(vocab_size >= 1 && vocab_size <= std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1,
@@ -285,7 +286,14 @@ Trace make_trace(const TraceConfig& config) {
     TraceRequest r;
     r.shared_prefix = shared[static_cast<std::size_t>(i)];
     if (r.shared_prefix) r.prompt = t.shared_prefix;
-    tokens.fill(r.prompt, draw_length(config.input, in_lens));
+    const std::int32_t len = draw_length(config.input, in_lens);
+    if (config.repeat_span > 0) {
+      const auto from = static_cast<std::ptrdiff_t>(r.prompt.size());
+      tokens.fill(r.prompt, std::min(config.repeat_span, len));
+      for (std::int32_t j = config.repeat_span; j < len; ++j) r.prompt.push_back(r.prompt[from + j % config.repeat_span]);
+    } else {
+      tokens.fill(r.prompt, len);
+    }
     r.output_len = draw_length(config.output, out_lens);
     // The first request arrives at 0; then exponential gaps (none at an infinite rate).
     if (poisson && i > 0 && !std::isinf(config.arrival.rate)) clock += arrivals.exponential(config.arrival.rate);

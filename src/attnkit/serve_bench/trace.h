@@ -72,6 +72,10 @@ struct TraceConfig {
   // common prompt of shared_prefix_len tokens; their own input tokens follow it.
   double shared_prefix_fraction = 0;
   std::int32_t shared_prefix_len = 0;
+  // > 0: a repetitive trace (issue 41, speculative decoding): each prompt's own tokens are one
+  // random span of this many tokens repeated (its last copy cut to length), a text whose
+  // continuation a prompt-lookup drafter can find in it. 0: random tokens.
+  std::int32_t repeat_span = 0;
   std::int64_t vocab_size = 0;               // token ids in [0, vocab_size)
   std::vector<std::int64_t> avoid_token_ids;  // never drawn (the model's eos ids)
   std::uint64_t seed = 0;
