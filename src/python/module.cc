@@ -110,6 +110,7 @@ nb::dict caps_dict(const BackendType& b) {
   d["forward_includes_kv_update"] = c.forward_includes_kv_update;
   d["cudagraph_support"] = std::string(to_string(c.cudagraph_support));
   d["reorder_batch_threshold"] = c.reorder_batch_threshold ? nb::cast(*c.reorder_batch_threshold) : nb::none();
+  d["max_decode_query_len"] = c.max_decode_query_len;
   d["supports_update_block_table"] = c.supports_update_block_table;
   nb::list rules;
   for (const CombinationRule& r : c.combination_rules) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "attnkit/backends/csr_plan/csr_plan_metadata.h"
 #include "attnkit/core/error.h"
 #include "attnkit/metadata/forward_context.h"
 #include "attnkit/platform/platform.h"
@@ -273,6 +274,51 @@ TEST(GraphBuffers, AddressesStayAcrossStepsOfDifferentSizes) {
     std::vector<GraphBuffer> now;
     runner.graph_buffers(now);
     expect_buffers_equal(captured, now);
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::testing
+
+namespace attnkit::testing {
+namespace {
+
+// D2 spec-as-decode (issue 41): with speculative verifications of 1 + 3 rows, CSR_PLAN (whose
+// decode path takes up to 33) raises its reorder threshold to 4: verifications go decodes first,
+// into the decode sub-plan, and every output still matches the dense expectation. FLASHINFER's
+// decodes take one row, so a run with it keeps threshold 1 (not built on the CPU: the rule is
+// checked with CSR_PLAN and REFERENCE, which has no threshold).
+TEST(SpecAsDecode, VerificationsTakeTheDecodePathWhereTheBackendDecodesThem) {
+  RunnerConfig config = small_runner_config();
+  config.backend = "CSR_PLAN";
+  config.speculative_query_len = 4;
+  ModelRunner runner({attention_layer("attn", 4, 2, 64, 16)}, config);
+  EXPECT_EQ(runner.reorder_batch_threshold(), 4);
+  RunnerDriver driver(runner, 41);
+  driver.step({{0, 20}, {1, 9}, {2, 33}});
+  driver.step({{0, 4}, {1, 1}, {2, 3}});  // verifications and a plain decode
+  const auto* md = dynamic_cast<const CsrPlanMetadata*>(runner.forward_context().layer(runner.layer_id_at(0)).metadata);
+  ASSERT_NE(md, nullptr);
+  EXPECT_EQ(md->num_decodes, 3) << "every query of at most 4 rows is a decode";
+  EXPECT_EQ(md->num_decode_tokens, 8);
+  driver.step({{2, 4}, {0, 6}, {1, 2}});  // a prefill of 6 after them
+  md = dynamic_cast<const CsrPlanMetadata*>(runner.forward_context().layer(runner.layer_id_at(0)).metadata);
+  EXPECT_EQ(md->num_decodes, 2);
+  EXPECT_EQ(driver.step_order().order()[2], 1) << "decodes first: the prefill of 6 last";
+  RunnerConfig plain = small_runner_config();
+  plain.backend = "CSR_PLAN";
+  EXPECT_EQ(ModelRunner({attention_layer("attn", 4, 2, 64, 16)}, plain).reorder_batch_threshold(), 1);
+  RunnerConfig reference = small_runner_config();
+  reference.backend = "REFERENCE";
+  reference.speculative_query_len = 4;
+  EXPECT_EQ(ModelRunner({attention_layer("attn", 4, 2, 64, 16)}, reference).reorder_batch_threshold(), std::nullopt);
+  RunnerConfig bad = small_runner_config();
+  bad.speculative_query_len = 0;
+  try {
+    ModelRunner r({attention_layer("attn", 4, 2, 64, 16)}, bad);
+    FAIL() << "speculative_query_len 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "speculative_query_len");
   }
 }
 

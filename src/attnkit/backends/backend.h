@@ -85,6 +85,9 @@ struct BuilderContext {
   // a builder sizes per-shape plan buffers from them. Empty = eager only.
   std::vector<int> capture_sizes;
   CascadePolicy cascade = CascadePolicy::kHeuristic;
+  // The run's reorder threshold (the runner's: the backend's own, or 1 + k with speculative
+  // verifications its decode path takes): requests of at most this many query rows are decodes.
+  int reorder_batch_threshold = 1;
   // The builder's one fixed-address workspace lives in `memory` (device memory on CUDA, host
   // memory on the CPU platform); its host mirror in `mirror_memory` (pinned). nullptr = host.
   MemoryResource* memory = nullptr;

@@ -120,6 +120,11 @@ struct BackendCaps {
   // builder traits (G4, G8, C1)
   CudaGraphSupport cudagraph_support = CudaGraphSupport::kNever;
   std::optional<int> reorder_batch_threshold;
+  // Spec-as-decode (D2, issue 41): the longest query its decode path takes. A run with speculative
+  // verifications of 1 + k rows (RunnerConfig::speculative_query_len) raises the reorder threshold
+  // to 1 + k where every backend with a threshold takes that many, so verifications go decodes
+  // first through the decode kernels; elsewhere they run as short prefills (said at start-up).
+  int max_decode_query_len = 1;
   bool supports_update_block_table = false;
 };
 

@@ -153,6 +153,7 @@ EngineConfig with_defaults(EngineConfig c) {
                     "a verification samples several rows of a request; logits are returned for one");
     c.executor.max_sampled_rows =
         std::max(c.executor.max_sampled_rows, c.max_num_seqs * (1 + c.speculative.num_draft_tokens));
+    c.executor.speculative_query_len = 1 + c.speculative.num_draft_tokens;
   }
   ATTNKIT_REQUIRE(!c.executor.all_logits, "executor.all_logits", "true", "false",
                   "the engine samples every request's token on the step's platform; all logits are an executor "

@@ -215,6 +215,7 @@ ModelExecutor::ModelExecutor(const LoadedModel& model, ExecutorConfig config)
   rc.cascade = config_.cascade;
   rc.capture_sizes = config_.capture_sizes;
   rc.check_context_written = true;  // every KV write goes through this executor's steps
+  rc.speculative_query_len = config_.speculative_query_len;
   rc.log = config_.log;
   const Clock::time_point runner_start = Clock::now();
   runner_ = std::make_unique<ModelRunner>(std::move(layers), std::move(rc));

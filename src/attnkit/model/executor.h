@@ -51,6 +51,8 @@ struct ExecutorConfig {
   // Rows a step may sample in all (StepRequest::num_sampled summed): speculative verification
   // samples 1 + k rows per request. 0: max_num_reqs (one per request).
   std::int32_t max_sampled_rows = 0;
+  // RunnerConfig::speculative_query_len: the rows of a speculative verification (1 + drafts).
+  std::int32_t speculative_query_len = 1;
   std::function<void(std::string_view)> log;
 };
 

@@ -113,6 +113,8 @@ RunnerConfig checked(RunnerConfig c) {
                   std::to_string(c.max_num_reqs) + "/" + std::to_string(c.max_num_tokens) + "/" +
                       std::to_string(c.max_model_len),
                   ">= 1 each");
+  ATTNKIT_REQUIRE(c.speculative_query_len >= 1, "speculative_query_len", std::to_string(c.speculative_query_len),
+                  ">= 1 (1 + the draft tokens a verification carries)");
   ATTNKIT_REQUIRE(c.capture_sizes.empty() || on_cuda(c), "capture_sizes", std::to_string(c.capture_sizes.size()) + " sizes",
                   "none on the cpu platform", "CUDA graphs exist on the CUDA platform only");
   for (std::size_t i = 0; i < c.capture_sizes.size(); ++i) {
@@ -203,6 +205,7 @@ ModelRunner::ModelRunner(std::vector<LayerSpec> layers, RunnerConfig config)
   check_fp8_scales();
   if (config_.log) selector_.set_log_sink(config_.log);
   select_backends();
+  decide_reorder_threshold();
   build_groups();
   build_context_parallel();
   const auto prepare_start = std::chrono::steady_clock::now();
@@ -253,6 +256,35 @@ void ModelRunner::select_backends() {
     } else {
       impls_.push_back(sel.backend->make_impl(layer.params, sel.variant));
     }
+  }
+}
+
+// G8/D2: the run's one reorder threshold, from every attention layer's backend: the threshold
+// they share (two different ones are refused), raised to RunnerConfig::speculative_query_len when
+// every one of them takes queries that long in its decode path (spec-as-decode: verifications
+// decodes first, through the decode kernels); otherwise verifications run as short prefills.
+void ModelRunner::decide_reorder_threshold() {
+  bool all_take_spec = true;
+  std::string short_decodes;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i].kv_spec.is_attention()) continue;
+    const BackendCaps& bc = selections_[i]->backend->caps();
+    if (!bc.reorder_batch_threshold) continue;
+    ATTNKIT_REQUIRE(!reorder_threshold_ || reorder_threshold_ == bc.reorder_batch_threshold, "reorder_batch_threshold",
+                    std::to_string(*bc.reorder_batch_threshold) + " (" + std::string(bc.name) + ")",
+                    "one threshold for all groups: " + std::to_string(reorder_threshold_.value_or(0)));
+    reorder_threshold_ = bc.reorder_batch_threshold;
+    if (bc.max_decode_query_len < config_.speculative_query_len) {
+      all_take_spec = false;
+      short_decodes = std::string(bc.name) + " decodes queries of at most " + std::to_string(bc.max_decode_query_len);
+    }
+  }
+  if (!reorder_threshold_ || config_.speculative_query_len <= *reorder_threshold_) return;
+  if (all_take_spec) {
+    reorder_threshold_ = config_.speculative_query_len;
+  } else if (config_.log) {
+    config_.log("reorder threshold " + std::to_string(*reorder_threshold_) + ": speculative verifications of " +
+                std::to_string(config_.speculative_query_len) + " rows run as prefills (" + short_decodes + ")");
   }
 }
 
@@ -367,15 +399,10 @@ void ModelRunner::make_attention_groups(KVGroupState& g, const KVCacheGroup& kv)
     ctx.cascade = config_.cascade;
     ctx.memory = workspace_memory_;
     ctx.mirror_memory = pinned_memory_;
+    ctx.reorder_batch_threshold = reorder_threshold_.value_or(1);
     ag.builder = sel.backend->make_builder(ctx);
     const BackendCaps& bc = sel.backend->caps();
     graph_support_ = std::min(graph_support_, bc.cudagraph_support);
-    if (bc.reorder_batch_threshold) {
-      ATTNKIT_REQUIRE(!reorder_threshold_ || reorder_threshold_ == bc.reorder_batch_threshold, "reorder_batch_threshold",
-                      std::to_string(*bc.reorder_batch_threshold) + " (" + std::string(bc.name) + ")",
-                      "one threshold for all groups: " + std::to_string(reorder_threshold_.value_or(0)));
-      reorder_threshold_ = bc.reorder_batch_threshold;
-    }
     for (LayerId id : members) {
       storage_.reserve_layer(layers_[index(id)].name, g.geometry, config_.k_scale.value_or(1.0f),
                              config_.v_scale.value_or(1.0f), poison);

@@ -46,6 +46,10 @@ struct RunnerConfig {
   CascadePolicy cascade = CascadePolicy::kHeuristic;
   bool need_lse = false;                // layers must be able to return the LSE
   bool optimistic_cpu_lengths = false;  // steps may carry host upper bounds (G6, D2)
+  // D2 spec-as-decode: the query rows of a speculative verification (1 + draft tokens). Where every
+  // backend with a reorder threshold decodes queries that long (BackendCaps::max_decode_query_len),
+  // the threshold becomes this, so verifications take the decode path; 1: no speculation.
+  std::int32_t speculative_query_len = 1;
   bool check_invariants = false;        // run the V1-V9 checker after every prepare_step (syncs on CUDA)
   // Refuse a step whose request reads context past the slots this runner's own steps wrote (the
   // page of its last context slot holds fewer written slots: a num_computed_tokens ahead of what
@@ -228,6 +232,7 @@ class ModelRunner {
  private:
   std::size_t index(LayerId id) const { return static_cast<std::size_t>(context_.index_of(id)); }
   void select_backends();
+  void decide_reorder_threshold();
   void build_groups();
   void build_context_parallel();
   void prepare_impls();

@@ -75,6 +75,7 @@ std::vector<std::string> header() {
                                    "layer kinds"};
   for (Feature f : kAllFeatures) columns.emplace_back(to_string(f));
   for (const char* c : {"needs exact CPU lengths", "reads whole pages", "fused KV update", "CUDA graph support", "reorder threshold",
+                        "max decode query",
                         "block-table reuse", "combination rules", "kernel variants", "kernel library"}) {
     columns.emplace_back(c);
   }
@@ -97,6 +98,7 @@ std::vector<std::string> row(const BackendCaps& caps) {
   cells.push_back(yes_no(caps.forward_includes_kv_update));
   cells.emplace_back(to_string(caps.cudagraph_support));
   cells.push_back(caps.reorder_batch_threshold ? std::to_string(*caps.reorder_batch_threshold) : "none");
+  cells.push_back(caps.reorder_batch_threshold ? std::to_string(caps.max_decode_query_len) : "n/a");
   cells.push_back(yes_no(caps.supports_update_block_table));
   cells.push_back(combination_rules(caps));
   cells.push_back(kernel_variants(caps));

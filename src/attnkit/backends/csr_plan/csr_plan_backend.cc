@@ -34,6 +34,9 @@ const BackendCaps& CsrPlanBackend::caps() {
     c.forward_includes_kv_update = false;
     c.cudagraph_support = CudaGraphSupport::kUniformSingleTokenDecode;
     c.reorder_batch_threshold = kCsrPlanDecodeThreshold;
+    // Its decode sub-plan runs the same paged loop as its prefills (any query length, causal):
+    // verifications of up to 1 + 32 rows go through it.
+    c.max_decode_query_len = 33;
     c.supports_update_block_table = true;
     return c;
   }();

@@ -31,6 +31,7 @@ CsrPlanMetadataBuilder::CsrPlanMetadataBuilder(const BuilderContext& ctx)
       max_num_reqs_(positive(ctx.max_num_reqs, "max_num_reqs")),
       max_num_tokens_(positive(ctx.max_num_tokens, "max_num_tokens")),
       max_blocks_per_req_(positive(ctx.max_blocks_per_req, "max_blocks_per_req")),
+      decode_threshold_(positive(ctx.reorder_batch_threshold, "reorder_batch_threshold")),
       indptr_host_(sz(max_num_reqs_) + 1),
       indices_host_(sz(max_num_reqs_) * sz(max_blocks_per_req_)),
       last_page_len_host_(sz(max_num_reqs_)),
@@ -120,7 +121,7 @@ const AttentionMetadata& CsrPlanMetadataBuilder::build(std::int32_t common_prefi
   out.indices = indices_.host_array();
   out.decode_qo = decode_qo_host_;
   out.prefill_qo = prefill_qo_host_;
-  take_step(plan_csr_step(common, page_size_, kCsrPlanDecodeThreshold, max_blocks_per_req_, out), common.causal);
+  take_step(plan_csr_step(common, page_size_, decode_threshold_, max_blocks_per_req_, out), common.causal);
   name_indices_and_slots(common);
   upload_plan();
   point_metadata();

@@ -40,6 +40,7 @@ class CsrPlanMetadataBuilder final : public MetadataBuilder {
   std::int32_t max_num_reqs_;
   std::int32_t max_num_tokens_;
   std::int32_t max_blocks_per_req_;
+  std::int32_t decode_threshold_;  // the run's reorder threshold (BuilderContext)
   // Host staging (the plan is computed here) and its device copies, same capacities.
   std::vector<std::int32_t> indptr_host_, indices_host_, last_page_len_host_, seq_lens_host_;
   std::vector<std::int32_t> decode_qo_host_, prefill_qo_host_;
