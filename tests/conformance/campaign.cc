@@ -104,6 +104,10 @@ ConformanceCase draw_case(std::mt19937& rng, const BackendCaps& caps, const std:
   }
   if (coin(rng, 0.2)) b.scale = uniform_float(rng, 0.05f, 0.3f);
   b.q_magnitude = coin(rng, 0.5) ? 1.0f : 2.5f;
+  // Spec-as-decode: short multi-row queries through the decode path of a backend that takes them.
+  if (caps.reorder_batch_threshold && caps.max_decode_query_len > 1 && coin(rng, 0.3)) {
+    c.speculative_query_len = uniform_int(rng, 2, std::min(5, caps.max_decode_query_len));
+  }
   return c;
 }
 
@@ -222,6 +226,7 @@ std::string check_case(const BackendType& backend, const ConformanceCase& c, con
   options.attn_type = c.attn_type;
   options.context_parallel_size = c.context_parallel;
   options.context_parallel_interleave = c.cp_interleave;
+  options.speculative_query_len = c.speculative_query_len;
   ReplayResult result;
   try {
     result = replay_batch(record, options);
@@ -301,6 +306,7 @@ std::string ConformanceCase::describe() const {
      << batch.shared_prefix_pages << ")";
   if (context_parallel > 1) os << " context parallel " << context_parallel << " (interleave " << cp_interleave << ")";
   if (!pinned_variant.empty()) os << " variant " << pinned_variant << " pinned";
+  if (speculative_query_len > 1) os << " speculative query " << speculative_query_len;
   return os.str();
 }
 

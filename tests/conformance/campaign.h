@@ -28,6 +28,9 @@ struct ConformanceCase {
   // manager page is then context_parallel kernel pages (each rank stores one per block).
   int context_parallel = 1;
   int cp_interleave = 1;
+  // D2 spec-as-decode: queries of up to this many rows are decodes (a backend whose decode path
+  // takes them); 1: the backend's own threshold.
+  int speculative_query_len = 1;
   // Run as "BACKEND:variant" (the selector pins that kernel variant); empty: the one resolved.
   std::string pinned_variant;
 

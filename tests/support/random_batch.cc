@@ -65,7 +65,9 @@ Lengths draw_lengths(std::mt19937& rng, int min_context, int max_seq, int page) 
       break;
     case kExtend: {
       const int context = uniform_int(rng, std::max(min_context, 1), max_seq - 2);
-      l.query_len = uniform_int(rng, 2, max_seq - context);
+      // Often a short one: a speculative verification's 1 + k rows (spec-as-decode runs take it
+      // through the decode path).
+      l.query_len = uniform_int(rng, 2, coin(rng, 0.3) ? std::min(5, max_seq - context) : max_seq - context);
       l.seq_len = context + l.query_len;
       break;
     }

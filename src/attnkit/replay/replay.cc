@@ -155,6 +155,7 @@ ReplayResult replay_rank(const BatchRecord& record, const ReplayOptions& options
   rc.v_scale = record.v_scale;
   rc.log = options.log;
   rc.context_parallel = cp;
+  rc.speculative_query_len = options.speculative_query_len;
   rc.context_parallel_group = group;
   LayerSpec layer_spec = layer_spec_of(record);
   layer_spec.kv_spec.forced_layout = options.kv_layout;

@@ -34,6 +34,9 @@ struct ReplayOptions {
   // every rank's output must equal it bit for bit. 1 = one runner.
   std::int32_t context_parallel_size = 1;
   std::int32_t context_parallel_interleave = 1;
+  // D2 spec-as-decode: RunnerConfig::speculative_query_len (queries of up to this many rows are
+  // decodes where the backend's decode path takes them).
+  std::int32_t speculative_query_len = 1;
 };
 
 struct ReplayResult {
