@@ -352,9 +352,10 @@ void Engine::Impl::propose_drafts(bool may_draft) {
   const NgramDrafterConfig& c = config_.speculative;
   if (c.num_draft_tokens == 0) return;
   const bool active = may_draft && steps_launched_ >= drafting_resumes_at_;
-  for (auto& [id, r] : requests_) {
+  for (EngineRequest* running : scheduler_.running()) {
+    EngineRequest& r = *running;
     r.draft.clear();
-    if (!active || r.state != RequestState::kRunning || r.num_pending > 0) continue;
+    if (!active || r.num_pending > 0) continue;
     if (static_cast<std::int32_t>(r.tokens.size()) - r.num_computed != 1 || r.num_computed < r.num_prompt) continue;
     // Room for the drafts and the token after them within max_tokens.
     const std::int32_t limit = r.spec.max_tokens - r.num_generated() - 1;

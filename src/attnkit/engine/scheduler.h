@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "attnkit/engine/request.h"
@@ -93,6 +94,8 @@ class Scheduler {
   // The blocks a finished or removed request kept for a step in flight.
   void release_blocks(EngineRequest& request);
   std::int32_t num_running() const { return static_cast<std::int32_t>(running_.size()); }
+  // The running requests, in the order they started running.
+  std::span<EngineRequest* const> running() const { return running_; }
   std::int32_t num_waiting() const { return static_cast<std::int32_t>(waiting_.size()); }
 
  private:
