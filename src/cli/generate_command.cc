@@ -47,6 +47,7 @@ struct GenerateFlags {
   std::vector<std::int32_t> capture_sizes;
   std::int32_t block_size = 16;
   bool profile = false;
+  std::int32_t num_draft_tokens = 0;
 };
 
 std::vector<std::int32_t> parse_ids(const std::string& text, std::size_t index) {
@@ -169,6 +170,7 @@ void print_split(const std::vector<StepRecord>& steps) {
 struct Generation {
   std::vector<std::vector<std::int32_t>> tokens;  // per prompt
   std::vector<StepRecord> steps;
+  EngineTotals totals;
 };
 
 // Every prompt through the serving engine (the scheduler, KV manager with prefix caching and the
@@ -193,6 +195,7 @@ Generation generate_batch(Engine& engine, const std::vector<std::vector<std::int
   while (engine.has_unfinished_requests()) {
     const std::vector<RequestOutput>& outputs = engine.step();
     const EngineStepStats& stats = engine.last_step_stats();
+    g.totals.add(stats);
     if (stats.num_tokens > 0) {
       g.steps.push_back({stats.num_decodes + stats.num_prefills, stats.num_tokens, stats.model, stats.graph_replayed});
     }
@@ -258,6 +261,7 @@ void run_generate(const GenerateFlags& f) {
   ec.log = [](std::string_view line) { std::cout << line << "\n"; };
   config.profile = f.profile;
   config.step_logits = logits_file.has_value();
+  config.speculative.num_draft_tokens = f.num_draft_tokens;
   std::cout << "model " << f.model << ": " << to_string(model.arch.family) << ", " << model.arch.num_layers
             << " layers, hidden " << model.arch.hidden_size << ", " << model.arch.num_q_heads << "/"
             << model.arch.num_kv_heads << " heads of " << model.arch.head_dim << ", vocab " << model.arch.vocab_size
@@ -276,6 +280,10 @@ void run_generate(const GenerateFlags& f) {
     std::cout << "\n";
   }
   print_split(g.steps);
+  if (g.totals.verifications > 0) {
+    std::cout << "speculative decoding: " << g.totals.verifications << " verifications, " << g.totals.accepted << " of "
+              << g.totals.drafted << " drafts accepted, acceptance length " << g.totals.acceptance_length() << "\n";
+  }
   if (!f.output_json.empty()) write_json(f, ex, sampling, prompts, g);
 }
 
@@ -307,6 +315,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--capture-sizes", flags->capture_sizes, "CUDA graphs of whole steps at these token counts");
   cmd->add_option("--block-size", flags->block_size, "KV block size in tokens")->capture_default_str();
   cmd->add_flag("--profile", flags->profile, "CUDA: time each part of a step (synchronizes between parts)");
+  cmd->add_option("--num-draft-tokens", flags->num_draft_tokens,
+                  "Speculative decoding with the prompt-lookup drafter: drafts per decode (0: off; the tokens are "
+                  "those of plain decoding)")
+      ->capture_default_str();
   cmd->callback([flags, &exit_code] {
     run_generate(*flags);
     exit_code = kExitOk;
