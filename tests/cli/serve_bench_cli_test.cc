@@ -163,7 +163,7 @@ TEST(CliServeBench, AnUnwritableOutIsRefusedNamingTheFlag) {
     std::ofstream file(scratch.sub("a_file"));
     file << "not a folder";
   }
-  for (const std::string out : {scratch.sub("a_file") + "/report", std::string("/proc/attnkit_no_such_dir")}) {
+  for (const std::string& out : {scratch.sub("a_file") + "/report", scratch.sub("a_file") + "/deeper/report"}) {
     const CliRun run = run_cli({"serve-bench", "--model", scratch.sub("model"), "--platform", "cpu", "--out", out,
                                 "--no-progress", "--num-requests", "2", "--concurrency", "1"});
     EXPECT_EQ(run.exit_code, cli::kExitInvalidInput) << run.both();
