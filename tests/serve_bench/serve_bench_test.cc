@@ -188,6 +188,35 @@ TEST(ServeBench, ReportsCarryTheConditionsAndEveryRun) {
   EXPECT_NE(md.find("commit: abc"), std::string::npos) << md;
 }
 
+// Issue 42: every step recorded (kind, requests, tokens, time), and the decode figure taken over
+// the steps that decode every running request and prefill nothing.
+TEST(ServeBench, StepRecordsAndTheDecodeStepsOfTheBatch) {
+  TraceConfig c = small_trace(ArrivalSpec::closed_loop(4));
+  c.num_requests = 4;  // every request starts together: after the prompts, steps of 4 decodes
+  c.input = LengthSpec::fixed(12);
+  c.output = LengthSpec::fixed(9);
+  const Trace trace = make_trace(c);
+  Engine engine(small_model(), small_engine());
+  const ServeBenchResult r = run_serve_bench(engine, trace, {});
+  expect_consistent(trace, r);
+  ASSERT_EQ(static_cast<std::int64_t>(r.steps.size()), r.totals.steps);
+  std::int64_t tokens = 0, decodes = 0;
+  double t = 0;
+  for (const StepRecord& s : r.steps) {
+    tokens += s.tokens;
+    decodes += s.pure_decode() ? 1 : 0;
+    EXPECT_GE(s.t_s, t);
+    EXPECT_NEAR(s.wall_ms, (s.t_s - t) * 1e3, 1e-6);
+    t = s.t_s;
+    if (s.pure_decode()) EXPECT_EQ(s.tokens, s.running);
+  }
+  EXPECT_EQ(tokens, r.input_tokens + r.output_tokens - r.num_requests) << "each prompt once, each token but the last fed";
+  EXPECT_EQ(decodes, r.decode_steps);
+  EXPECT_EQ(r.decode_steps, 8) << "9 tokens: the prefill samples the first, 8 decodes of all 4 the rest";
+  EXPECT_EQ(r.decode_step_ms.count, 8);
+  EXPECT_FALSE(r.steps.front().pure_decode()) << "the first step prefills";
+}
+
 TEST(ServeBench, ABusyEngineIsRefused) {
   const Trace trace = make_trace(small_trace(ArrivalSpec::closed_loop(2)));
   Engine engine(small_model(), small_engine());

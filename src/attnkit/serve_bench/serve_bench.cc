@@ -147,12 +147,23 @@ void BenchLoop::record(const RequestOutput& out, double t) {
 
 std::int32_t BenchLoop::step() {
   const std::int32_t before = finished_;
+  const auto running = static_cast<std::int32_t>(index_of_.size()) - finished_;
   const std::vector<RequestOutput>& outputs = engine_.step();
   const double t = now_s();
   for (const RequestOutput& out : outputs) record(out, t);
   const EngineStepStats& s = engine_.last_step_stats();
   result_.totals.add(s);
   result_.split_total.add(s);
+  StepRecord r;
+  r.t_s = t;
+  r.wall_ms = (t - (result_.steps.empty() ? 0.0 : result_.steps.back().t_s)) * 1e3;
+  r.running = running;
+  r.decodes = s.num_decodes;
+  r.prefills = s.num_prefills;
+  r.tokens = s.num_tokens;
+  r.verified = s.num_verified;
+  r.accepted = s.num_accepted;
+  result_.steps.push_back(r);
   return finished_ - before;
 }
 
@@ -208,6 +219,12 @@ ServeBenchResult BenchLoop::finish() {
   r.e2e_ms = summarize(std::move(e2e));
   r.tpot_ms = summarize(std::move(tpot));
   r.itl_ms = summarize(std::move(itl_ms_));
+  std::vector<double> decode_ms;
+  for (const StepRecord& s : r.steps) {
+    if (s.pure_decode()) decode_ms.push_back(s.wall_ms);
+  }
+  r.decode_steps = static_cast<std::int64_t>(decode_ms.size());
+  r.decode_step_ms = summarize(std::move(decode_ms));
   if (r.duration_s > 0) {
     r.request_throughput = r.completed / r.duration_s;
     r.output_throughput = static_cast<double>(r.output_tokens) / r.duration_s;
@@ -315,6 +332,15 @@ Json run_json(const ServeBenchRun& run) {
   j["itl_ms"] = summary_json(r.itl_ms);
   j["e2e_ms"] = summary_json(r.e2e_ms);
   j["tpot_ms"] = summary_json(r.tpot_ms);
+  j["decode_step_ms"] = summary_json(r.decode_step_ms);
+  j["decode_steps"] = r.decode_steps;
+  Json steps = Json::array();
+  for (const StepRecord& s : r.steps) {
+    steps.push_back({{"t_s", s.t_s}, {"wall_ms", s.wall_ms}, {"running", s.running}, {"decodes", s.decodes},
+                     {"prefills", s.prefills}, {"tokens", s.tokens}, {"verified", s.verified},
+                     {"accepted", s.accepted}, {"pure_decode", s.pure_decode()}});
+  }
+  j["step_records"] = steps;
   const EngineTotals& t = r.totals;
   j["prefix_cache"] = {{"hit_tokens", t.prefix_hit_tokens},
                        {"queried_tokens", t.prefix_queried_tokens},
@@ -406,6 +432,14 @@ void markdown_tables(std::ostringstream& md, const std::vector<ServeBenchRun>& r
     md << "| " << run.trace.arrival.describe() << " | " << fixed(s.schedule, 1) << " | " << fixed(s.prepare_step, 1)
        << " | " << fixed(s.attention, 1) << " | " << fixed(s.gemm, 1) << " | " << fixed(s.other, 1) << " | "
        << fixed(s.sample, 1) << " | " << fixed(s.host_gap, 1) << " | " << fixed(s.model_total, 1) << " |\n";
+  }
+  md << "\nDecode steps: the steps that decoded every running request and prefilled nothing (the batch's "
+        "step time, where the ITL also counts steps that prefill), and their wall time, ms.\n\n"
+     << "| arrivals | decode steps | of steps | decode step ms p50/p90/p99 |\n|---|---:|---:|---:|\n";
+  for (const ServeBenchRun& run : runs) {
+    const ServeBenchResult& r = run.result;
+    md << "| " << run.trace.arrival.describe() << " | " << r.decode_steps << " | " << r.totals.steps << " | "
+       << triple(r.decode_step_ms) << " |\n";
   }
   const bool speculative = std::any_of(runs.begin(), runs.end(), [](const ServeBenchRun& r) {
     return r.result.totals.verifications > 0;

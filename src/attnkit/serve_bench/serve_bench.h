@@ -60,6 +60,17 @@ struct RequestMetrics {
   double tpot_ms = 0;  // (e2e - ttft) / (output_len - 1); 0 for a single token
 };
 
+// One engine step of a run (issue 42: a decode figure is taken over decode steps only).
+struct StepRecord {
+  double t_s = 0;        // when its outputs were back, seconds after the start
+  double wall_ms = 0;    // since the previous step's outputs were back (the first: since the start)
+  std::int32_t running = 0;  // requests added and not finished when the step was called
+  std::int32_t decodes = 0, prefills = 0, tokens = 0;
+  std::int32_t verified = 0, accepted = 0;  // speculative decoding
+  // It decoded every running request and prefilled nothing: a step of the run's batch.
+  bool pure_decode() const { return prefills == 0 && decodes == running && running > 0; }
+};
+
 struct ServeBenchResult {
   std::int32_t num_requests = 0, completed = 0;
   std::int64_t input_tokens = 0, output_tokens = 0;
@@ -69,6 +80,11 @@ struct ServeBenchResult {
   double total_token_throughput = 0;  // prompt and generated tokens per second
   LatencySummary ttft_ms, itl_ms, e2e_ms, tpot_ms;
   EngineTotals totals;  // steps, preemptions, prefix-cache hits, cascade and graph steps
+  std::vector<StepRecord> steps;  // every step of the run, in order
+  // wall_ms over the pure decode steps (a decode of every running request and no prefill): the
+  // step time of the batch, where the ITL mixes in the steps that also prefill.
+  LatencySummary decode_step_ms;
+  std::int64_t decode_steps = 0;
   StepSplit split_total, split_per_step;
   std::vector<RequestMetrics> requests;
 };
