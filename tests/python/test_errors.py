@@ -179,3 +179,19 @@ def test_two_requests_writing_one_page_are_refused_with_the_checker_on():
     with pytest.raises(attnkit.Error) as info:  # two requests writing one block
         runner.prepare_step([0, 1], [3, 2], [0, 0], [[[1], [1]]], order=runner.order_requests([0, 1], [3, 2]))
     assert info.value.field == "block_tables[0]" and "one writer" in info.value.allowed
+
+
+def test_argument_types_no_overload_takes_are_attnkit_errors_naming_the_call():
+    # Issue 39: the binding's dispatch refused these with TypeError before any attnkit code ran.
+    runner = cpu_runner()
+    with pytest.raises(attnkit.Error) as info:
+        runner.prepare_step(1, 2, 3, 4)
+    assert info.value.field == "ModelRunner.prepare_step arguments"
+    assert "int" in info.value.value and "prepare_step(" in info.value.allowed
+    with pytest.raises(attnkit.Error) as info:
+        attnkit.replay(5)
+    assert info.value.field == "replay arguments" and info.value.value == "(int)"
+    assert isinstance(info.value, ValueError)
+    # The wrapped calls still work, and TypeErrors of another kind are not rewritten.
+    assert [b["name"] for b in attnkit.backends()]
+    prepared(cpu_runner())

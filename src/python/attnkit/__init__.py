@@ -19,9 +19,11 @@ on the CUDA platform (bfloat16 through torch: NumPy has no bfloat16).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from . import _attnkit
 from ._attnkit import (  # noqa: F401  (re-exported)
     ContextParallelGroup,
     Completion,
@@ -153,3 +155,45 @@ def cuda_available() -> bool:
         return bool(probe_gpu()["available"])
     except Exception:  # noqa: BLE001  (a broken driver is "no GPU", never a crash)
         return False
+
+
+# --- wrong argument types are attnkit.Error too -----------------------------------------------
+# The binding checks its arguments by name where it converts them itself; where the binding's own
+# dispatch refuses a call (an argument of a type no overload takes), it raises TypeError before any
+# of attnkit's code runs. Every public function and method is wrapped once, here, so that such a
+# call raises attnkit.Error as well: field "<name> arguments", value the types given, allowed the
+# signatures the binding lists.
+def _refuse_argument_types(fn, name):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            text = str(e)
+            if "incompatible function arguments" not in text:
+                raise
+            given = ", ".join([type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()])
+            lines = [line.strip() for line in text.splitlines()[1:] if line.strip()[:2].rstrip(".").isdigit()]
+            allowed = "; ".join(lines) if lines else "the documented argument types"
+            error = Error(f"{name} arguments = ({given}) is invalid (allowed: {allowed})")
+            error.field, error.value, error.allowed = f"{name} arguments", f"({given})", allowed
+            raise error from None
+
+    return call
+
+
+def _is_binding_callable(value):
+    return type(value).__name__ in ("nb_func", "nb_method")
+
+
+for _name in ("backends", "built_with_cuda", "kv_blocks_for_memory_budget", "priority_list", "probe_gpu", "replay",
+              "select"):
+    globals()[_name] = _refuse_argument_types(getattr(_attnkit, _name), _name)
+for _cls in (ContextParallelGroup, ContextParallelHub, ForwardScope, LLM, ModelRunner, SamplingParams, Selection):
+    for _attr, _value in list(vars(_cls).items()):
+        if _attr.startswith("__") and _attr not in ("__init__", "__enter__", "__exit__"):
+            continue
+        if _is_binding_callable(_value):
+            setattr(_cls, _attr, _refuse_argument_types(_value, f"{_cls.__name__}.{_attr}"))
+del _name, _cls, _attr, _value
+
