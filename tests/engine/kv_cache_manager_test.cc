@@ -622,8 +622,8 @@ TEST(KVCacheManagerDiscard, ComputedBlocksLeaveTheCacheAndAreQueuedTheSharedPref
 }
 
 // A computed block another request holds through the cache is forgotten but not queued (it is not
-// free); it goes back to the free list when that holder lets it go.
-TEST(KVCacheManagerDiscard, ABlockStillHeldIsForgottenNotQueued) {
+// free); it is queued when that holder lets it go.
+TEST(KVCacheManagerDiscard, ABlockStillHeldIsForgottenAndQueuedWhenItsHolderLetsItGo) {
   std::mt19937 rng(4);
   KVCacheManager kv(one_group(16, 4));
   const Tokens prompt = random_tokens(rng, 9);
@@ -638,6 +638,12 @@ TEST(KVCacheManagerDiscard, ABlockStillHeldIsForgottenNotQueued) {
   const std::int32_t before = kv.num_available_blocks(0);
   kv.free(2);
   EXPECT_EQ(kv.num_available_blocks(0), before + 2);
+  std::vector<std::int32_t> later = kv.take_discarded(0);
+  std::sort(later.begin(), later.end());
+  std::vector<std::int32_t> shared(first.begin(), first.begin() + 2);
+  std::sort(shared.begin(), shared.end());
+  EXPECT_EQ(later, shared) << "the shared blocks the failed request computed, once free";
+  EXPECT_TRUE(kv.take_discarded(0).empty());
 }
 
 }  // namespace

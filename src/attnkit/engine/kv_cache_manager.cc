@@ -114,6 +114,8 @@ class KVCacheManager::Impl {
   std::vector<RequestBlocks> spare_;  // freed requests' storage, reused by the next ones
   std::vector<std::int32_t> found_;   // per group: the block matched at the current prefix block
   std::vector<std::vector<std::int32_t>> discarded_;  // per group: freed by discard(), not yet taken
+  std::vector<std::vector<std::uint8_t>> tainted_;     // per group, per block: discarded while held
+  void release_block(std::size_t g, std::int32_t id);
 };
 
 KVCacheManager::Impl::Impl(KVCacheManagerConfig config) : config_(std::move(config)) {
@@ -123,6 +125,10 @@ KVCacheManager::Impl::Impl(KVCacheManagerConfig config) : config_(std::move(conf
   for (const KVGroupPoolConfig& g : config_.groups) pools_.emplace_back(g.num_blocks, g.block_size);
   found_.resize(config_.groups.size());
   discarded_.resize(config_.groups.size());
+  tainted_.resize(config_.groups.size());
+  for (std::size_t g = 0; g < config_.groups.size(); ++g) {
+    tainted_[g].assign(static_cast<std::size_t>(config_.groups[g].num_blocks), 0);
+  }
 }
 
 RequestBlocks& KVCacheManager::Impl::registered(std::int64_t request) {
@@ -277,7 +283,7 @@ void KVCacheManager::Impl::release_out_of_window(RequestBlocks& r, std::int32_t 
                                                                             static_cast<std::int64_t>(row.size())));
     for (std::int32_t j = r.released[g]; j < invisible; ++j) {
       std::int32_t& id = row[static_cast<std::size_t>(j)];
-      if (id != 0) pools_[g].release(id);
+      if (id != 0) release_block(g, id);
       id = 0;
     }
     r.released[g] = std::max(r.released[g], invisible);
@@ -297,7 +303,7 @@ void KVCacheManager::Impl::free(std::int64_t request) {
     // the tail first and the prefix other requests share most stays longest.
     const auto& row = r.rows[g];
     for (auto it = row.rbegin(); it != row.rend(); ++it) {
-      if (*it != 0) pools_[g].release(*it);
+      if (*it != 0) release_block(g, *it);
     }
   }
   spare_.push_back(std::move(r));
@@ -312,7 +318,7 @@ void KVCacheManager::Impl::release_beyond(std::int64_t request, std::int32_t num
   for (std::size_t g = 0; g < pools_.size(); ++g) {
     auto& row = r.rows[g];
     while (row.size() > keep) {
-      if (row.back() != 0) pools_[g].release(row.back());
+      if (row.back() != 0) release_block(g, row.back());
       row.pop_back();
     }
   }
@@ -326,13 +332,26 @@ void KVCacheManager::Impl::discard(std::int64_t request) {
       const std::int32_t id = row[j];
       if (id == 0) continue;
       const bool own = j >= r.acquired_blocks;  // computed by this request, not found in the cache
-      if (own) pools_[g].forget(id);
-      pools_[g].release(id);
-      if (own && pools_[g].ref_count(id) == 0) discarded_[g].push_back(id);
+      if (own) {
+        pools_[g].forget(id);
+        tainted_[g][static_cast<std::size_t>(id)] = 1;  // queued when its last holder lets it go
+      }
+      release_block(g, id);
     }
   }
   spare_.push_back(std::move(r));
   requests_.erase(request);
+}
+
+// Every release of a block: one holder fewer; a tainted block (a failed request computed it) that
+// nobody holds any more is queued for re-poisoning before it can be handed out again.
+void KVCacheManager::Impl::release_block(std::size_t g, std::int32_t id) {
+  pools_[g].release(id);
+  std::uint8_t& tainted = tainted_[g][static_cast<std::size_t>(id)];
+  if (tainted != 0 && pools_[g].ref_count(id) == 0) {
+    tainted = 0;
+    discarded_[g].push_back(id);
+  }
 }
 
 std::int32_t KVCacheManager::Impl::num_available_blocks(std::int32_t group) const {

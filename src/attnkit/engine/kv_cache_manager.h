@@ -60,8 +60,8 @@ class KVCacheManager {
   // Drops the request's references: full cached blocks stay cached (evictable), others free.
   void free(std::int64_t request);
   // A failed request's references dropped: the blocks it computed itself (not those of its cached
-  // prefix) leave the prefix cache, and those nothing else holds become free and are queued in
-  // take_discarded, since they may hold its non-finite K/V.
+  // prefix) leave the prefix cache and are queued in take_discarded once nothing holds them (at
+  // once, or when a request that shares one lets it go), since they may hold its non-finite K/V.
   void discard(std::int64_t request);
   // The blocks discard() freed in `group` since the last call (the engine re-poisons them before
   // any allocation can hand them out again).
