@@ -58,14 +58,6 @@ void raise_error(PyObject* type, const Error& e, const char* extra_name = nullpt
   PyErr_SetObject(type, instance.ptr());
 }
 
-std::string py_type_name(nb::handle value) { return nb::cast<std::string>(nb::type_name(value.type())); }
-
-std::string py_repr(nb::handle value) {
-  std::string text = nb::cast<std::string>(nb::repr(value));
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
-
 std::string join(const std::vector<std::string_view>& names) {
   std::string out;
   for (std::string_view n : names) {
@@ -131,6 +123,28 @@ bool read_int_array(nb::handle value, std::vector<std::int32_t>& out, std::vecto
 }
 
 }  // namespace
+
+std::string py_type_name(nb::handle value) { return nb::cast<std::string>(nb::type_name(value.type())); }
+
+std::string py_repr(nb::handle value) {
+  std::string text = nb::cast<std::string>(nb::repr(value));
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+std::vector<nb::object> sequence_items(nb::handle value, const std::string& field, const std::string& allowed) {
+  if (!PySequence_Check(value.ptr()) || PyUnicode_Check(value.ptr())) throw Error(field, py_repr(value), allowed);
+  const Py_ssize_t n = PySequence_Size(value.ptr());
+  if (n < 0) throw nb::python_error();
+  std::vector<nb::object> items;
+  items.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::object item = nb::steal(PySequence_GetItem(value.ptr(), i));
+    if (!item.is_valid()) throw nb::python_error();
+    items.push_back(std::move(item));
+  }
+  return items;
+}
 
 void register_errors(nb::module_& m) {
   g_error = PyErr_NewExceptionWithDoc(

@@ -56,6 +56,12 @@ class Fields {
   std::string where_;
 };
 
+// A value's repr for an error message (at most 80 characters), and its type's name.
+std::string py_repr(nb::handle value);
+std::string py_type_name(nb::handle value);
+// The items of a sequence that is not a str (a list, a tuple); Error naming `field` with `allowed`
+// for anything else.
+std::vector<nb::object> sequence_items(nb::handle value, const std::string& field, const std::string& allowed);
 // A Python int (anything with __index__) as int32; Error naming `field` otherwise.
 std::int32_t to_int32(nb::handle value, const std::string& field);
 // The same for the other scalar kinds an API argument may be: a non-negative int as uint64, a

@@ -60,14 +60,9 @@ struct PyCompletion {
 
 // A list of int lists ("stop_sequences", "prompts"): each item through int_vector.
 std::vector<std::vector<std::int32_t>> int_lists(nb::handle value, const std::string& field) {
-  if (!PySequence_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
-    throw Error(field, std::string(nb::str(nb::repr(value)).c_str()).substr(0, 80), "a list of lists of token ids");
-  }
   std::vector<std::vector<std::int32_t>> out;
-  const auto n = static_cast<std::size_t>(PySequence_Size(value.ptr()));
-  for (std::size_t i = 0; i < n; ++i) {
-    nb::object item = nb::steal(PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
-    out.push_back(int_vector(item, field + "[" + std::to_string(i) + "]"));
+  for (const nb::object& item : sequence_items(value, field, "a list of lists of token ids")) {
+    out.push_back(int_vector(item, field + "[" + std::to_string(out.size()) + "]"));
   }
   return out;
 }
@@ -163,17 +158,11 @@ class PyLLM {
     if (nb::isinstance<PySamplingParams>(sampling)) {
       return std::vector<PySamplingParams>(n, nb::cast<PySamplingParams>(sampling));
     }
-    constexpr const char* kAllowed = "a SamplingParams, a list of one per prompt, or None";
-    if (!PySequence_Check(sampling.ptr()) || PyUnicode_Check(sampling.ptr())) {
-      throw Error("sampling_params", std::string(nb::str(nb::repr(sampling)).c_str()).substr(0, 80), kAllowed);
-    }
     std::vector<PySamplingParams> list;
-    const auto size = static_cast<std::size_t>(PySequence_Size(sampling.ptr()));
-    for (std::size_t i = 0; i < size; ++i) {
-      nb::object item = nb::steal(PySequence_GetItem(sampling.ptr(), static_cast<Py_ssize_t>(i)));
+    for (const nb::object& item :
+         sequence_items(sampling, "sampling_params", "a SamplingParams, a list of one per prompt, or None")) {
       if (!nb::isinstance<PySamplingParams>(item)) {
-        throw Error("sampling_params[" + std::to_string(i) + "]",
-                    std::string(nb::str(nb::repr(item)).c_str()).substr(0, 80), "a SamplingParams");
+        throw Error("sampling_params[" + std::to_string(list.size()) + "]", py_repr(item), "a SamplingParams");
       }
       list.push_back(nb::cast<PySamplingParams>(item));
     }
@@ -306,7 +295,7 @@ void bind_engine(nb::module_& m) {
             nb::object path = nb::steal(PyOS_FSPath(model_dir.ptr()));  // a str, or a path-like's str
             if (!path.is_valid()) PyErr_Clear();
             if (!path.is_valid() || !nb::isinstance<nb::str>(path)) {
-              throw Error("model_dir", std::string(nb::str(nb::repr(model_dir)).c_str()).substr(0, 80),
+              throw Error("model_dir", py_repr(model_dir),
                           "a str or path-like folder");
             }
             new (self) PyLLM(nb::cast<std::string>(path), engine_config(args));

@@ -131,7 +131,7 @@ class Engine::Impl {
   bool async_ = false;
   std::array<LaunchedStep, ModelExecutor::kMaxInFlight> launched_;
   std::size_t first_ = 0, num_in_flight_ = 0;
-  std::int64_t steps_launched_ = 0, steps_collected_ = 0;
+  std::int64_t steps_launched_ = 0;
   // Host time inside step() while no step was in flight, since the last launch (host_gap_us).
   Clock::time_point idle_since_ = Clock::now();
   double idle_us_ = 0;
@@ -269,18 +269,17 @@ void Engine::Impl::finish_chunk(const LaunchedChunk& chunk, const StepOutput& st
   if (step.non_finite[index] != 0) [[unlikely]] {
     // Before its blocks are committed: nothing it computed in this step reaches the prefix cache.
     fail_request(r, "the model produced a non-finite logit for this request (step " +
-                        std::to_string(steps_collected_) + ")");
+                        std::to_string(steps_launched_ - num_in_flight_) + ")");
     return;
   }
-  // Only known tokens are hashed: those before the chunk's end, every placeholder among them
-  // replaced when the step that sampled it was collected (steps are collected in order). A
-  // verification commits only what it accepted (finish_verification).
-  if (chunk.num_draft == 0) kv_.commit(r.id, r.tokens, chunk.start + chunk.num_tokens);
-  if (chunk.token_index < 0) return;
-  if (chunk.num_draft > 0) {
+  if (chunk.num_draft > 0) {  // commits only what it accepted
     finish_verification(chunk, step, index);
     return;
   }
+  // Only known tokens are hashed: those before the chunk's end, every placeholder among them
+  // replaced when the step that sampled it was collected (steps are collected in order).
+  kv_.commit(r.id, r.tokens, chunk.start + chunk.num_tokens);
+  if (chunk.token_index < 0) return;
   const auto at = static_cast<std::size_t>(chunk.token_index);
   r.tokens[at] = step.sampled_tokens[index];
   --r.num_pending;
@@ -351,7 +350,7 @@ void Engine::Impl::finish_verification(const LaunchedChunk& chunk, const StepOut
 void Engine::Impl::propose_drafts(bool may_draft) {
   const NgramDrafterConfig& c = config_.speculative;
   if (c.num_draft_tokens == 0) return;
-  const bool active = may_draft && steps_launched_ >= drafting_resumes_at_;
+  const bool active = may_draft && drafting_active();
   for (EngineRequest* running : scheduler_.running()) {
     EngineRequest& r = *running;
     r.draft.clear();
@@ -539,7 +538,6 @@ void Engine::Impl::collect_step() {
   }
   first_ = (first_ + 1) % launched_.size();
   --num_in_flight_;
-  ++steps_collected_;
   if (collected == nullptr) [[unlikely]] {
     stats_ = step.stats;
     for (const LaunchedChunk& c : step.chunks) {

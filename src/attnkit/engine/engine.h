@@ -85,7 +85,7 @@ struct EngineStepStats {
   StepTimes model;         // the executor's split (prepare_step, attention, GEMMs, rest)
   // Speculative decoding: requests verified with drafts this step, the drafts, and those accepted.
   std::int32_t num_verified = 0, num_drafted = 0, num_accepted = 0;
-  std::array<std::int32_t, 33> accepted_counts{};  // [a]: verifications that accepted a drafts
+  std::array<std::int32_t, kMaxDraftTokens + 1> accepted_counts{};  // [a]: verifications that accepted a drafts
 };
 
 // Counts summed over steps: serve-bench's reports, attnkit.LLM.last_run(), the tests.

@@ -8,8 +8,8 @@
 namespace attnkit {
 
 void validate(const NgramDrafterConfig& c) {
-  ATTNKIT_REQUIRE(c.num_draft_tokens >= 0 && c.num_draft_tokens <= 32, "speculative.num_draft_tokens",
-                  std::to_string(c.num_draft_tokens), "[0, 32] (0: off)");
+  ATTNKIT_REQUIRE(c.num_draft_tokens >= 0 && c.num_draft_tokens <= kMaxDraftTokens, "speculative.num_draft_tokens",
+                  std::to_string(c.num_draft_tokens), "[0, " + std::to_string(kMaxDraftTokens) + "] (0: off)");
   ATTNKIT_REQUIRE(c.min_ngram >= 1 && c.min_ngram <= c.max_ngram && c.max_ngram <= 64,
                   "speculative.min_ngram/max_ngram", std::to_string(c.min_ngram) + "/" + std::to_string(c.max_ngram),
                   "1 <= min_ngram <= max_ngram <= 64");

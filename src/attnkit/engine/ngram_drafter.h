@@ -11,6 +11,9 @@
 
 namespace attnkit {
 
+// The most drafts a verification carries (validate's bound; EngineStepStats' histogram size).
+inline constexpr std::int32_t kMaxDraftTokens = 32;
+
 struct NgramDrafterConfig {
   std::int32_t num_draft_tokens = 0;  // k; 0: speculative decoding off
   std::int32_t max_ngram = 3;         // the longest suffix tried
@@ -21,7 +24,7 @@ struct NgramDrafterConfig {
   std::int32_t rest_steps = 64;
 };
 
-// Throws Error naming the field for a configuration outside k in [0, 32], 1 <= min <= max <= 64,
+// Throws Error naming the field for a configuration outside k in [0, kMaxDraftTokens], 1 <= min <= max <= 64,
 // judge_window >= 1, rest_steps >= 0.
 void validate(const NgramDrafterConfig& config);
 

@@ -112,7 +112,8 @@ void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const Ma
     const RequestPages p = pages_of(r, tmpl);
     request_pages_[static_cast<std::size_t>(r)] = p;
     if (p.pages > rows.row_stride * k) continue;  // copy_rows names the short row
-    if (fill) check_and_fill(r, p, rows, ids.empty() ? -1 : ids[static_cast<std::size_t>(r)]);
+    const std::int32_t id = ids.empty() ? -1 : ids[static_cast<std::size_t>(r)];
+    if (fill) check_context_written(r, p, rows, id);
     for (std::int32_t page = p.first_written; page < p.pages; ++page) {
       const std::int32_t block = rows.row(r)[static_cast<std::size_t>(page / k)];
       if (static_cast<std::uint32_t>(block) >= limit) [[unlikely]] throw_block_out_of_range(r, rows.row(r));
@@ -129,43 +130,41 @@ void GroupBlockTable::mark_writers(const CommonAttentionMetadata& tmpl, const Ma
       writer_request_[physical] = r;
       written_now_[physical] = 1;
       written_list_[num_written_++] = static_cast<std::int32_t>(physical);
+      if (fill) record_fill(p, page, physical, id);
     }
   }
 }
 
-// check_context_written, per request (two lookups and the pages it writes): the page of its last
-// context slot must hold that slot written, and when that page is partly written (prefix caching
-// shares full pages only) this request must have begun its life; then the pages it writes record
-// their new fill and, where a write at slot 0 starts a page's life over (a freed page reused by
-// another request), their new owner.
-void GroupBlockTable::check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows,
-                                     std::int32_t id) {
+// check_context_written, per request (two lookups): the page of its last context slot must hold
+// that slot written, and when that page is partly written (prefix caching shares full pages only)
+// this request must have begun its life.
+void GroupBlockTable::check_context_written(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows,
+                                            std::int32_t id) const {
+  if (p.context == 0) return;
   const std::int32_t b = config_.geometry.kernel_block_size;
-  const std::uint32_t limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
   const std::int32_t k = config_.geometry.blocks_per_manager_block();
-  if (p.context > 0) {
-    const std::int32_t last = p.context - 1;
-    if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(last / b / k)]) >= limit) [[unlikely]] {
-      throw_block_out_of_range(r, rows.row(r));
-    }
-    const auto page = static_cast<std::size_t>(kernel_page(rows, r, last / b));
-    if (filled_[page] <= last % b) [[unlikely]] throw_context_unwritten(id >= 0 ? id : r, p, static_cast<std::int32_t>(page));
-    if (filled_[page] < b && id >= 0 && owner_[page] != id) [[unlikely]] {
-      throw_page_of_another(r, id, static_cast<std::int32_t>(page));
-    }
+  const std::int32_t last = p.context - 1;
+  const auto limit = static_cast<std::uint32_t>(config_.geometry.num_manager_blocks);
+  if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(last / b / k)]) >= limit) [[unlikely]] {
+    throw_block_out_of_range(r, rows.row(r));
   }
-  for (std::int32_t page = p.first_written; page < p.pages; ++page) {
-    const std::int32_t begin = std::max(p.context - page * b, 0);
-    const std::int32_t end = std::min(p.stored - page * b, b);
-    // A row's block is range-checked by mark_writers' own loop before this page is used.
-    if (static_cast<std::uint32_t>(rows.row(r)[static_cast<std::size_t>(page / k)]) >= limit) [[unlikely]] {
-      throw_block_out_of_range(r, rows.row(r));
-    }
-    const auto physical = static_cast<std::size_t>(kernel_page(rows, r, page));
-    std::int32_t& f = filled_[physical];
-    f = begin == 0 ? end : std::max(f, end);
-    if (begin == 0) owner_[physical] = id;
+  const auto page = static_cast<std::size_t>(kernel_page(rows, r, last / b));
+  if (filled_[page] <= last % b) [[unlikely]] throw_context_unwritten(id >= 0 ? id : r, p, static_cast<std::int32_t>(page));
+  if (filled_[page] < b && id >= 0 && owner_[page] != id) [[unlikely]] {
+    throw_page_of_another(r, id, static_cast<std::int32_t>(page));
   }
+}
+
+// check_context_written, per page a request writes (in mark_writers' loop, after its checks): the
+// page's new fill and, where a write at slot 0 starts its life over (a freed page reused by
+// another request), its new owner.
+void GroupBlockTable::record_fill(const RequestPages& p, std::int32_t page, std::size_t physical, std::int32_t id) {
+  const std::int32_t b = config_.geometry.kernel_block_size;
+  const std::int32_t begin = std::max(p.context - page * b, 0);
+  const std::int32_t end = std::min(p.stored - page * b, b);
+  std::int32_t& f = filled_[physical];
+  f = begin == 0 ? end : std::max(f, end);
+  if (begin == 0) owner_[physical] = id;
 }
 
 void GroupBlockTable::throw_page_of_another(std::int32_t r, std::int32_t id, std::int32_t page) const {

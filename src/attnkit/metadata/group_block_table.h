@@ -90,7 +90,9 @@ class GroupBlockTable {
   void check_rows_argument(const ManagerBlockTable& rows, std::int32_t num_reqs) const;
   void mark_writers(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows,
                     std::span<const std::int32_t> ids);
-  void check_and_fill(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows, std::int32_t id);
+  void check_context_written(std::int32_t r, const RequestPages& p, const ManagerBlockTable& rows,
+                             std::int32_t id) const;
+  void record_fill(const RequestPages& p, std::int32_t page, std::size_t physical, std::int32_t id);
   [[noreturn]] void throw_context_unwritten(std::int32_t r, const RequestPages& p, std::int32_t page) const;
   [[noreturn]] void throw_page_of_another(std::int32_t r, std::int32_t id, std::int32_t page) const;
   bool copy_rows(const CommonAttentionMetadata& tmpl, const ManagerBlockTable& rows);

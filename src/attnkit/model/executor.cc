@@ -174,6 +174,7 @@ void check_executor_config(const ExecutorConfig& c, const ModelArch& arch) {
   ATTNKIT_REQUIRE(c.block_size >= 1, "block_size", str(c.block_size), ">= 1 tokens per KV block");
   ATTNKIT_REQUIRE(c.max_num_reqs >= 1, "max_num_reqs", str(c.max_num_reqs), ">= 1");
   ATTNKIT_REQUIRE(c.max_num_tokens >= 1, "max_num_tokens", str(c.max_num_tokens), ">= 1");
+  ATTNKIT_REQUIRE(c.max_sampled_rows >= 0, "max_sampled_rows", str(c.max_sampled_rows), ">= 0 (0: max_num_reqs)");
   ATTNKIT_REQUIRE(c.max_model_len >= 0 && c.max_model_len <= arch.max_position_embeddings, "max_model_len",
                   str(c.max_model_len),
                   "[0, max_position_embeddings " + str(arch.max_position_embeddings) + "] (0: min(that, 4096))",
@@ -255,7 +256,7 @@ void ModelExecutor::allocate_buffers() {
   const std::size_t act = size_of(ops_->activation_dtype());
   const std::int64_t h = arch_.hidden_size, d = arch_.head_dim;
   const std::int64_t q = arch_.num_q_heads * d, kv = arch_.num_kv_heads * d, inter = arch_.intermediate_size;
-  const std::int64_t rows_cap = std::max<std::int64_t>(r, config_.max_sampled_rows);
+  const std::int64_t rows_cap = sampled_rows_cap();
   const std::int64_t head_rows = config_.all_logits ? t : rows_cap;
   const auto bytes = [](std::int64_t n, std::size_t e) { return static_cast<std::size_t>(n) * e; };
   b.x = DeviceArray<std::byte>(mem, bytes(t * h, act));
@@ -373,9 +374,8 @@ void ModelExecutor::check_requests(std::span<const StepRequest> requests, StepRe
   }
   ATTNKIT_REQUIRE(tokens <= config_.max_num_tokens, "tokens of the step", str(tokens),
                   "<= max_num_tokens " + str(config_.max_num_tokens));
-  const std::int64_t rows_cap = std::max(config_.max_num_reqs, config_.max_sampled_rows);
-  ATTNKIT_REQUIRE(rows <= rows_cap, "sampled rows of the step", str(rows),
-                  "<= max_sampled_rows " + str(rows_cap));
+  ATTNKIT_REQUIRE(rows <= sampled_rows_cap(), "sampled rows of the step", str(rows),
+                  "<= max_sampled_rows " + str(sampled_rows_cap()));
 }
 
 // A token taken from the previous step's device tokens: that step is the last one launched, it

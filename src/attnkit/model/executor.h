@@ -16,6 +16,7 @@
 // (StepRequest::previous_token_index), so no token has to reach the host before the next launch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -216,6 +217,8 @@ class ModelExecutor {
   void finish_logits(const StepOrder& order);
   void finish_sampled_tokens(const Launched& step);
   void mark_non_finite(std::size_t request, bool bad);
+  // Rows a step may sample in all: ExecutorConfig::max_sampled_rows, at least one per request.
+  std::int32_t sampled_rows_cap() const { return std::max(config_.max_num_reqs, config_.max_sampled_rows); }
 
   ModelArch arch_;
   ExecutorConfig config_;

@@ -43,6 +43,17 @@ bool one_repeated_byte(const void* pattern, std::size_t pattern_bytes) {
   return true;
 }
 
+// out[0, done) holds whole patterns: copies of that prefix double it until `bytes` are filled
+// (log2(bytes / done) copies, each at the memory's copy rate; `copy` is memcpy's or the device's).
+template <class Copy>
+void double_filled_prefix(unsigned char* out, std::size_t done, std::size_t bytes, Copy copy) {
+  while (done < bytes) {
+    const std::size_t n = std::min(done, bytes - done);
+    copy(out + done, out, n);
+    done += n;
+  }
+}
+
 std::size_t padded(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment + kAlignment; }
 
 }  // namespace
@@ -63,11 +74,8 @@ void MemoryResource::fill(void* dst, std::size_t bytes, const void* pattern, std
     }
     // One pattern, then copies that double the filled prefix: memcpy speed, no per-element loop.
     std::memcpy(out, pattern, pattern_bytes);
-    for (std::size_t done = pattern_bytes; done < bytes;) {
-      const std::size_t n = std::min(done, bytes - done);
-      std::memcpy(out + done, out, n);
-      done += n;
-    }
+    double_filled_prefix(out, pattern_bytes, bytes,
+                         [](unsigned char* d, const unsigned char* from, std::size_t n) { std::memcpy(d, from, n); });
     return;
   }
   const std::vector<unsigned char> tile = fill_tile(bytes, pattern, pattern_bytes);
@@ -151,11 +159,9 @@ class CudaDeviceMemory final : public MemoryResource {
     }
     const std::vector<unsigned char> tile = fill_tile(bytes, pattern, pattern_bytes);
     copy_from_host(out, tile.data(), tile.size());
-    for (std::size_t done = tile.size(); done < bytes;) {
-      const std::size_t n = std::min(done, bytes - done);
-      check_cuda(cudaMemcpy(out + done, out, n, cudaMemcpyDeviceToDevice), "cudaMemcpy", n);
-      done += n;
-    }
+    double_filled_prefix(out, tile.size(), bytes, [](unsigned char* d, const unsigned char* from, std::size_t n) {
+      check_cuda(cudaMemcpy(d, from, n, cudaMemcpyDeviceToDevice), "cudaMemcpy", n);
+    });
   }
 };
 
