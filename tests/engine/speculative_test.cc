@@ -151,17 +151,30 @@ TEST(Speculative, StopConditionsHoldInsideAcceptedDrafts) {
   for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_LE(got[i].size(), static_cast<std::size_t>(specs[i].max_tokens));
 }
 
-// A text without repeats proposes (almost) nothing: drafting rests and the tokens are plain ones.
+// A text without repeats gets drafts that do not pay: after the first window drafting rests (here
+// for longer than the run: no verification after it), while a drafter that never rests goes on
+// verifying; the tokens are plain ones either way.
 TEST(Speculative, DraftingRestsWhenItDoesNotPay) {
   const std::string model = tiny_model(ModelFamily::kMistral);
   const std::int64_t vocab = load_model(model).arch.vocab_size;
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 3; ++i) specs.push_back(greedy(prompt_of(600 + i, 9, vocab), 40));
-  EngineConfig plain = small_engine();
-  Engine base(load_model(model), plain), spec(load_model(model), speculative(plain, 4));
-  EngineTotals totals;
-  EXPECT_EQ(run(spec, specs, {0, 0, 0}, &totals), run(base, specs, {0, 0, 0}));
-  EXPECT_LE(2 * totals.accepted, totals.drafted + 1) << "few drafts pay on a text without repeats";
+  const EngineConfig plain = small_engine();
+  EngineConfig resting = speculative(plain, 4);
+  resting.speculative.judge_window = 4;
+  resting.speculative.rest_steps = 1000;
+  EngineConfig tireless = resting;
+  tireless.speculative.rest_steps = 0;  // judged, never rests
+  Engine base(load_model(model), plain), rests(load_model(model), resting), never(load_model(model), tireless);
+  const auto want = run(base, specs, {0, 0, 0});
+  EngineTotals rested, went_on;
+  EXPECT_EQ(run(rests, specs, {0, 0, 0}, &rested), want);
+  EXPECT_EQ(run(never, specs, {0, 0, 0}, &went_on), want);
+  EXPECT_LE(2 * went_on.accepted, went_on.drafted + 1) << "few drafts pay on a text without repeats";
+  // One window: a prefill step and at most three steps of three verifications.
+  EXPECT_GT(rested.verifications, 0);
+  EXPECT_LE(rested.verifications, 9) << "no verification once drafting rests";
+  EXPECT_GT(went_on.verifications, 3 * rested.verifications) << "a drafter that never rests goes on verifying";
 }
 
 // The renormalized softmax (temperature 1, double) over the k largest logits; 0 elsewhere.

@@ -68,8 +68,15 @@ TEST(KVPoison, ABackendsDeclarationIsTheDefaultOfVariantsThatDeclareNone) {
   EXPECT_TRUE(reads_whole_pages(c, KernelVariant{"undeclared", 9}));
 }
 
-float first_raw(const KVCacheView& v) { return load_float(v.data, 0, v.dtype); }
-float last_raw(const KVCacheView& v) { return load_float(v.data, v.num_elements() - 1, v.dtype); }
+// How many of the view's raw stored values are not `poison` (NaN matches NaN).
+std::int64_t slots_not_holding(const KVCacheView& v, float poison) {
+  std::int64_t others = 0;
+  for (std::int64_t i = 0; i < v.num_elements(); ++i) {
+    const float x = load_float(v.data, i, v.dtype);
+    others += std::isnan(poison) ? !std::isnan(x) : x != poison;
+  }
+  return others;
+}
 
 TEST(KVPoison, TheRunnersCacheHoldsTheGroupsPoisonInEverySlot) {
   // The CPU backends all predicate their loads on the length: NaN by default.
@@ -77,20 +84,18 @@ TEST(KVPoison, TheRunnersCacheHoldsTheGroupsPoisonInEverySlot) {
     ModelRunner runner({attention_layer("a", 4, 2, 64, 16), attention_layer("b", 4, 2, 64, 16, /*window=*/32)},
                        small_runner_config());
     for (std::int32_t l = 0; l < 2; ++l) {
-      const KVCacheView& v = runner.kv_cache(runner.layer_id_at(l));
-      EXPECT_TRUE(std::isnan(first_raw(v)) && std::isnan(last_raw(v))) << l;
+      EXPECT_EQ(slots_not_holding(runner.kv_cache(runner.layer_id_at(l)), std::nanf("")), 0) << l;
     }
   }
   RunnerConfig c = small_runner_config();
   c.kv_poison = 2.5f;
   ModelRunner runner({attention_layer("a", 4, 2, 64, 16)}, c);
-  const KVCacheView& v = runner.kv_cache(runner.layer_id_at(0));
-  EXPECT_EQ(first_raw(v), 2.5f);
-  EXPECT_EQ(last_raw(v), 2.5f);
+  EXPECT_EQ(slots_not_holding(runner.kv_cache(runner.layer_id_at(0)), 2.5f), 0);
 }
 
-// Every registered backend's declaration in one place a reader can check against the kernels (the
-// GPU test does): which kernels read whole pages.
+// The declarations as the H100 run of 2026-12-08 found the kernels (bench/results/
+// poisoned_cache_2026-12-08_h100.md): a change to one is a change to what was measured, and comes
+// with a new run of tests/runner/cuda_poisoned_cache_test.cc.
 TEST(KVPoison, TheShippedDeclarations) {
   for (const BackendType& type : default_registry().backends()) {
     const BackendCaps& caps = type.caps();
